@@ -1,0 +1,296 @@
+"""Scaled dot-product attention: one front door, several interchangeable kernels.
+
+Layout is BTNH (``[batch, seq, heads, head_dim]``) as in ``jax.nn.dot_product_attention``; key
+and value may have fewer heads ``K`` than the query's ``N`` (GQA; ``K = 1`` is MQA) as long as
+``K`` divides ``N``: query head ``n`` reads kv head ``n // (N // K)``.
+
+For one query row the math every softmax kernel implements is::
+
+    s_j = c * tanh(scale * q.k_j / c)  (soft-capping, optional)  + bias_j,   j visible
+    p_j = exp(s_j - m) / (exp(sink - m) + sum_visible exp(s - m))          (sink optional)
+    out = sum_j dropout(p)_j v_j
+
+Differences from ``jax.nn.dot_product_attention`` (all deliberate, all tested):
+
+* a query row that sees no key returns **zeros** (jax.nn returns the mean of V);
+* logits and softmax are computed in float32 (or wider) whatever the input dtype, and masked
+  logits are *selected away* with one finite fill (:func:`masks.mask_value`), so float16 and
+  bfloat16 never produce NaN;
+* ``scale`` may be a per-head array (a temperature per head), ``bias`` may be a function of
+  positions (so ALiBi / T5 biases never need an n x n array in the chunked kernel).
+
+References: Vaswani et al. 2017, "Attention Is All You Need" (scaled dot-product attention);
+Ainslie et al. 2023, "GQA"; Gemma Team 2024, "Gemma 2" (logit soft-capping);
+Miller 2023 / Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple, Union
+
+import jax
+import jax.numpy as jnp
+
+from attnjax.ops.masks import MaskSpec, mask_value
+from attnjax.registry import KERNELS
+
+BiasFn = Callable[[jax.Array, jax.Array], jax.Array]
+Bias = Union[jax.Array, BiasFn, None]
+
+# Option names a kernel may or may not honour; the front door and the config check use these.
+OPTIONS = ("bias", "mask", "positions", "window", "block_causal", "segment", "padding",
+           "per_head_scale", "softcap", "sink", "dropout", "return_weights", "cross_attention")
+
+
+class KernelSpec(NamedTuple):
+    """A registered attention kernel.
+
+    ``fn(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
+    return_weights, **options)``; ``exact=True`` means it computes softmax attention and must
+    match ``reference`` within float tolerance (the parity tests check every such kernel).
+    """
+    fn: Callable
+    supports: frozenset
+    exact: bool = True
+    causal_only_aligned: bool = False
+
+
+class Dropout(NamedTuple):
+    """Dropout on the attention probabilities.
+
+    The keep decision for (batch b, head n, query i, key j) is a counter-based hash of the rng
+    and those indices, so every kernel (and every block order) drops exactly the same entries.
+    ``shared_across_heads`` uses n = 0 for all heads (one mask per example, as in the original
+    Transformer's broadcast dropout); otherwise each head draws its own.
+    """
+    rate: float
+    rng: jax.Array
+    shared_across_heads: bool = False
+
+
+def _mix32(h: jax.Array) -> jax.Array:
+    """A bijective 32-bit integer hash (the "lowbias32" finaliser by C. Wellons)."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x7FEB352D)
+    h = h ^ (h >> 15)
+    h = h * jnp.uint32(0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def dropout_keep(dropout: Dropout, batch_idx, head_idx, q_idx, k_idx) -> jax.Array:
+    """Boolean keep mask for broadcastable index arrays; True with probability ``1 - rate``."""
+    rng = dropout.rng
+    if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+        rng = jax.random.key_data(rng)
+    seed = rng.reshape(-1).astype(jnp.uint32)
+    h = _mix32(seed[0] ^ _mix32(seed[-1]))
+    if dropout.shared_across_heads:
+        head_idx = jnp.zeros_like(head_idx)
+    for index in (batch_idx, head_idx, q_idx, k_idx):
+        h = _mix32(h ^ jnp.asarray(index).astype(jnp.uint32))
+    threshold = min(int(round(dropout.rate * 2.0**32)), 2**32 - 1)
+    return h >= jnp.uint32(threshold)
+
+
+def scaled_logits(q: jax.Array, k: jax.Array, scale: jax.Array,
+                  logit_soft_cap: float | None) -> jax.Array:
+    """Grouped logits ``[B, K, G, Tq, Tk]`` in float32 (or wider) from ``q`` ``[B, Tq, K, G, H]``
+    and ``k`` ``[B, Tk, K, H]``; ``scale`` broadcastable to ``[K, G]``."""
+    dtype = jnp.promote_types(q.dtype, jnp.float32)
+    s = jnp.einsum("bqkgh,bskh->bkgqs", q, k, preferred_element_type=dtype)
+    s = s * scale[..., None, None]
+    if logit_soft_cap is not None:
+        s = logit_soft_cap * jnp.tanh(s / logit_soft_cap)
+    return s
+
+
+def group_heads(x: jax.Array | None, num_kv_heads: int) -> jax.Array | None:
+    """``[B|1, N|1, ...]`` -> ``[B|1, K|1, G|1, ...]`` (a broadcast head axis stays broadcast)."""
+    if x is None:
+        return None
+    if x.shape[1] == 1:
+        return x[:, :, None]
+    return x.reshape(x.shape[0], num_kv_heads, x.shape[1] // num_kv_heads, *x.shape[2:])
+
+
+def block_bias(bias: Bias, mask: MaskSpec, q_start, q_size: int, k_start,
+               k_size: int) -> jax.Array | None:
+    """The additive bias of one block, ``[B|1, N|1, q_size, k_size]``, or ``None``."""
+    if bias is None:
+        return None
+    if callable(bias):
+        return bias(*mask.positions(q_start, q_size, k_start, k_size))
+    dense = MaskSpec(dense=bias)  # reuse the block slicing of a dense array
+    return dense.block(q_start, q_size, k_start, k_size)
+
+
+def _reference(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
+               return_weights):
+    """Reference kernel: materialise the logits, masked softmax, weighted sum (einsum)."""
+    B, T, N, H = query.shape
+    S, K = key.shape[1], key.shape[2]
+    q = query.reshape(B, T, K, N // K, H)
+    s = scaled_logits(q, key, scale, logit_soft_cap)                       # [B,K,G,T,S]
+    b = group_heads(block_bias(bias, mask, 0, T, 0, S), K)
+    if b is not None:
+        s = s + b
+    visible = group_heads(mask.block(0, T, 0, S), K)
+    if visible is not None:
+        s = jnp.where(visible, s, mask_value(s.dtype))
+    m = s.max(axis=-1)
+    if sink is not None:
+        m = jnp.maximum(m, sink[..., None])
+    m = jax.lax.stop_gradient(m)                  # softmax is invariant to the shift
+    p = jnp.exp(s - m[..., None])
+    if visible is not None:
+        p = jnp.where(visible, p, 0.0)
+    denom = p.sum(axis=-1)
+    if sink is not None:
+        denom = denom + jnp.exp(sink[..., None] - m)
+    probs = p / jnp.where(denom == 0, 1.0, denom)[..., None]
+    dropped = probs
+    if dropout is not None:
+        idx = jnp.arange(N).reshape(1, K, N // K, 1, 1)
+        keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None, None], idx,
+                            jnp.arange(T)[:, None], jnp.arange(S))
+        dropped = jnp.where(keep, probs / (1.0 - dropout.rate), 0.0)
+    out = jnp.einsum("bkgqs,bskh->bqkgh", dropped.astype(value.dtype), value,
+                     preferred_element_type=probs.dtype)
+    out = out.reshape(B, T, N, H).astype(query.dtype)
+    if return_weights:
+        return out, probs.reshape(B, N, T, S)
+    return out
+
+
+KERNELS.register("reference", KernelSpec(_reference, frozenset(OPTIONS)))
+
+
+def _as_4d(x: jax.Array | None, name: str) -> jax.Array | None:
+    if x is None or callable(x):
+        return x
+    if x.ndim > 4:
+        raise ValueError(f"{name} must broadcast to [batch, heads, q_len, k_len], got shape {x.shape}")
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def requested_options(*, bias=None, mask=None, positions=False, window=None,
+                      block_causal=None, segment=False, padding=False, scale=None,
+                      logit_soft_cap=None, sink=None, dropout_rate=0.0, return_weights=False,
+                      cross_attention=False) -> frozenset:
+    """The option names (see ``OPTIONS``) a call or a config asks a kernel to honour."""
+    asked = {
+        "bias": bias is not None, "mask": mask is not None, "positions": positions,
+        "window": window is not None, "block_causal": block_causal is not None,
+        "segment": segment, "padding": padding,
+        "per_head_scale": scale is not None and jnp.ndim(scale) > 0,
+        "softcap": logit_soft_cap is not None, "sink": sink is not None,
+        "dropout": dropout_rate > 0, "return_weights": return_weights,
+        "cross_attention": cross_attention,
+    }
+    return frozenset(name for name, on in asked.items() if on)
+
+
+def check_kernel_supports(implementation: str, asked: frozenset, field: str = "implementation"):
+    """Raise a one-line ValueError if kernel ``implementation`` cannot honour ``asked``."""
+    spec = KERNELS.get(implementation, field)
+    missing = sorted(asked - spec.supports)
+    if missing:
+        able = [n for n, s in KERNELS.items() if asked <= s.supports]
+        raise ValueError(f"{field}={implementation!r} does not support: {', '.join(missing)}; "
+                         f"kernels that do: {', '.join(able) or 'none'}")
+    return spec
+
+
+def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
+                          bias: Bias = None, mask: jax.Array | None = None, *,
+                          scale: float | jax.Array | None = None, is_causal: bool = False,
+                          query_seq_lengths: jax.Array | None = None,
+                          key_value_seq_lengths: jax.Array | None = None,
+                          local_window_size: int | tuple[int | None, int | None] | None = None,
+                          causal_block_size: int | None = None,
+                          segment_ids: jax.Array | tuple[jax.Array, jax.Array] | None = None,
+                          query_positions: jax.Array | None = None,
+                          key_positions: jax.Array | None = None,
+                          logit_soft_cap: float | None = None,
+                          sink: float | jax.Array | None = None,
+                          dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None,
+                          dropout_shared_across_heads: bool = False,
+                          return_weights: bool = False,
+                          implementation: str = "reference", **kernel_options):
+    """Scaled dot-product attention over BTNH arrays with a choice of kernel.
+
+    Args:
+      query: ``[B, Tq, N, H]``.
+      key, value: ``[B, Tk, K, H]`` with ``K`` dividing ``N`` (GQA / MQA).
+      bias: additive logit bias broadcastable to ``[B, N, Tq, Tk]``, or a function
+        ``bias(q_positions [B|1, tq], k_positions [B|1, tk]) -> [B|1, N|1, tq, tk]``.
+      mask: boolean, broadcastable to ``[B, N, Tq, Tk]``; True = may attend.
+      scale: logit multiplier; ``None`` = ``1/sqrt(H)``; a float; or a per-head array ``[N]``.
+      is_causal: key j visible from query i iff ``key_pos[j] <= query_pos[i]``.
+      query_seq_lengths, key_value_seq_lengths: int ``[B]``; positions past them are padding.
+      local_window_size: ``w`` (= ``(w, 0)``) or ``(left, right)``: keys with
+        ``q - left <= k <= q + right`` are visible (``None`` on a side = unbounded).
+      causal_block_size: block-causal mask (full attention within blocks, causal across).
+      segment_ids: ``[B, T]`` for self-attention or ``(q_ids [B, Tq], kv_ids [B, Tk])``.
+      query_positions, key_positions: int ``[B|1, T]``; default ``arange``. All position
+        based masks and bias functions read these (a KV cache offsets its queries this way).
+      logit_soft_cap: ``c`` in ``c * tanh(logits / c)``, applied before bias and masking.
+      sink: sink logit per head ``[N]`` (or scalar): an extra softmax entry with no value.
+        ``0.0`` gives "softmax plus one".
+      dropout_rate, dropout_rng, dropout_shared_across_heads: dropout on the probabilities.
+      return_weights: also return the probabilities ``[B, N, Tq, Tk]`` (float32, before dropout).
+      implementation: a registered kernel: ``reference``, ``chunked``, ``xla``, ``cudnn``,
+        ``linear`` (see ``attnjax.registry.KERNELS``).
+      **kernel_options: passed to the kernel (e.g. ``block_q``, ``block_k`` for ``chunked``).
+
+    Returns:
+      ``[B, Tq, N, H]`` in the query's dtype (and the weights if asked).
+    """
+    if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        raise ValueError("query, key and value must be [batch, seq, heads, head_dim] (BTNH)")
+    B, T, N, H = query.shape
+    S, K = key.shape[1], key.shape[2]
+    if key.shape != value.shape[:3] + (H,) or value.shape[:3] != key.shape[:3]:
+        raise ValueError(f"key {key.shape} and value {value.shape} must agree in batch, "
+                         f"length and heads, and key's head_dim must equal the query's ({H})")
+    if key.shape[0] != B or N % K:
+        raise ValueError(f"query heads ({N}) must be a multiple of kv heads ({K}) and batch "
+                         f"sizes must agree (query {B}, key {key.shape[0]})")
+    if dropout_rate and dropout_rng is None:
+        raise ValueError("dropout_rate > 0 needs dropout_rng")
+    if not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
+    if isinstance(local_window_size, int):
+        local_window_size = (local_window_size, 0)
+    if segment_ids is not None and not isinstance(segment_ids, tuple):
+        segment_ids = (segment_ids, segment_ids)
+    asked = requested_options(
+        bias=bias, mask=mask, positions=query_positions is not None or key_positions is not None,
+        window=local_window_size, block_causal=causal_block_size,
+        segment=segment_ids is not None,
+        padding=query_seq_lengths is not None or key_value_seq_lengths is not None,
+        scale=scale, logit_soft_cap=logit_soft_cap, sink=sink, dropout_rate=dropout_rate,
+        return_weights=return_weights, cross_attention=T != S)
+    spec = check_kernel_supports(implementation, asked)
+    if spec.causal_only_aligned and is_causal and T != S:
+        raise ValueError(f"implementation={implementation!r} needs query and key of equal "
+                         f"length for causal attention, got {T} and {S}")
+
+    if scale is None:
+        scale = 1.0 / math.sqrt(H)
+    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,)).reshape(K, N // K)
+    if sink is not None:
+        sink = jnp.broadcast_to(jnp.asarray(sink, jnp.float32), (N,)).reshape(K, N // K)
+    mask_spec = MaskSpec(
+        dense=None if mask is None else _as_4d(jnp.asarray(mask, bool), "mask"),
+        is_causal=is_causal, window=local_window_size, causal_block_size=causal_block_size,
+        query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+        q_segment_ids=None if segment_ids is None else segment_ids[0],
+        kv_segment_ids=None if segment_ids is None else segment_ids[1],
+        q_positions=query_positions, kv_positions=key_positions)
+    dropout = (Dropout(dropout_rate, dropout_rng, dropout_shared_across_heads)
+               if dropout_rate > 0 else None)
+    return spec.fn(query, key, value, bias=_as_4d(bias, "bias"), mask=mask_spec, scale=scale,
+                   logit_soft_cap=logit_soft_cap, sink=sink, dropout=dropout,
+                   return_weights=return_weights, **kernel_options)

@@ -1,0 +1,101 @@
+"""Memory-efficient attention: online softmax over key blocks, O(n) memory forward and backward.
+
+Queries are split into blocks of ``block_q`` and keys into blocks of ``block_k``. For each
+query block a ``lax.scan`` over key blocks keeps a running max ``m``, normaliser ``l`` and
+unnormalised output ``acc`` per query::
+
+    m' = max(m, max_j s_j)        l' = l e^(m - m') + sum_j e^(s_j - m')
+    acc' = acc e^(m - m') + sum_j dropout(e^(s_j - m')) v_j          out = acc / l
+
+Each key step and each query block is wrapped in ``jax.checkpoint``, so the backward pass
+recomputes block logits instead of storing the ``n x n`` probabilities: live memory is
+``O(n_q * head_dim * n_k / block_k)`` instead of ``O(n_q * n_k)``. Masks and position biases
+(ALiBi, T5) are evaluated per block from positions, never materialised for the whole sequence.
+A sink logit starts the scan as ``m = sink, l = 1``. Results equal the ``reference`` kernel to
+float32 rounding, including dropout (the keep mask is a hash of absolute indices).
+
+References: Rabe & Staats 2021, "Self-attention Does Not Need O(n^2) Memory";
+Milakov & Gimelshein 2018, "Online normalizer calculation for softmax".
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from attnjax.ops.attention import (OPTIONS, KernelSpec, block_bias, dropout_keep, group_heads,
+                                   scaled_logits)
+from attnjax.ops.masks import combine_masks, mask_value
+from attnjax.registry import KERNELS
+
+
+def _split_blocks(x: jax.Array, block: int) -> jax.Array:
+    """``[B, T, ...]`` -> ``[T_pad / block, B, block, ...]``, zero-padded at the end."""
+    B, T = x.shape[:2]
+    n = -(-T // block)
+    x = jnp.pad(x, [(0, 0), (0, n * block - T)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.moveaxis(x.reshape(B, n, block, *x.shape[2:]), 1, 0)
+
+
+def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
+                      return_weights, block_q: int = 512, block_k: int = 512):
+    """Chunked kernel with the signature shared by all registered kernels (see attention.py)."""
+    del return_weights  # not supported: refused by the front door (it would cost n x n memory)
+    B, T, N, H = query.shape
+    S, K = key.shape[1], key.shape[2]
+    G = N // K
+    bq, bk = min(block_q, T), min(block_k, S)
+    q_blocks = _split_blocks(query.reshape(B, T, K, G, H), bq)   # [nq, B, bq, K, G, H]
+    k_blocks, v_blocks = _split_blocks(key, bk), _split_blocks(value, bk)
+    acc_dtype = jnp.promote_types(query.dtype, jnp.float32)
+    fill = mask_value(acc_dtype)
+    heads = jnp.arange(N).reshape(1, K, G, 1, 1)
+
+    def query_block(args):
+        i, q = args
+        q_start = i * bq
+
+        def key_step(carry, xs):
+            m, l, acc = carry
+            j, k, v = xs
+            k_start = j * bk
+            s = scaled_logits(q, k, scale, logit_soft_cap)                 # [B,K,G,bq,bk]
+            b = group_heads(block_bias(bias, mask, q_start, bq, k_start, bk), K)
+            if b is not None:
+                s = s + b
+            in_range = (k_start + jnp.arange(bk) < S)[None, None, None, :]
+            visible = group_heads(
+                combine_masks(mask.block(q_start, bq, k_start, bk), in_range), K)
+            s = jnp.where(visible, s, fill)
+            m_new = jax.lax.stop_gradient(jnp.maximum(m, s.max(axis=-1)))
+            p = jnp.where(visible, jnp.exp(s - m_new[..., None]), 0.0)
+            correction = jnp.exp(m - m_new)
+            l = l * correction + p.sum(axis=-1)
+            if dropout is not None:
+                keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None, None], heads,
+                                    (q_start + jnp.arange(bq))[:, None],
+                                    k_start + jnp.arange(bk))
+                p = jnp.where(keep, p / (1.0 - dropout.rate), 0.0)
+            acc = acc * correction[..., None] + jnp.einsum(
+                "bkgqs,bskh->bkgqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
+            return (m_new, l, acc), None
+
+        shape = (B, K, G, bq)
+        if sink is None:
+            m0, l0 = jnp.full(shape, fill, acc_dtype), jnp.zeros(shape, acc_dtype)
+        else:
+            m0 = jnp.broadcast_to(sink[:, :, None].astype(acc_dtype), shape)
+            l0 = jnp.ones(shape, acc_dtype)
+        acc0 = jnp.zeros(shape + (H,), acc_dtype)
+        (_, l, acc), _ = jax.lax.scan(jax.checkpoint(key_step), (m0, l0, acc0),
+                                      (jnp.arange(k_blocks.shape[0]), k_blocks, v_blocks))
+        out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,K,G,bq,H]
+        return jnp.moveaxis(out, 3, 1).astype(query.dtype)                 # [B,bq,K,G,H]
+
+    out = jax.lax.map(jax.checkpoint(query_block), (jnp.arange(q_blocks.shape[0]), q_blocks))
+    out = jnp.moveaxis(out, 0, 1).reshape(B, -1, N, H)
+    return out[:, :T]
+
+
+KERNELS.register("chunked", KernelSpec(chunked_attention,
+                                       frozenset(OPTIONS) - {"return_weights"}))
