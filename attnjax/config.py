@@ -1,0 +1,254 @@
+"""Typed, frozen, validated configuration: dataclasses, dict/JSON round-trip, dotted overrides.
+
+Every field is checked when a config is built, with a one-line ``ValueError`` that names the
+dotted field (``model.attention.num_heads``) and, for a choice, the valid values. Impossible
+combinations (width not divisible by heads, a kernel that cannot honour an option) fail here,
+before anything is traced or compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Literal
+
+from attnjax.registry import KERNELS, POSITIONS
+
+MLP_KINDS = ("gelu", "swiglu")
+
+
+def _choices(hint) -> tuple | None:
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _check_value(path: str, hint, value):
+    """Return ``value`` converted to ``hint`` (int -> float only) or raise naming ``path``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_value(path, inner, value)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{path}={value!r} is not valid; choices: {', '.join(map(str, args))}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict):
+            return from_dict(hint, value, path)
+        raise ValueError(f"{path} must be a {hint.__name__} or a dict, got {type(value).__name__}")
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise ValueError(f"{path} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+class _Validated:
+    """Mixin: type-check every field on construction, then run ``_validate``."""
+    PATH = ""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            hint = typing.get_type_hints(type(self))[field.name]
+            value = _check_value(_join(self.PATH, field.name), hint, getattr(self, field.name))
+            object.__setattr__(self, field.name, value)
+        self._validate()
+
+    def _validate(self):
+        pass
+
+    def _fail(self, field: str, message: str):
+        raise ValueError(f"{_join(self.PATH, field)} {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig(_Validated):
+    """The attention module's slots (see docs/ARCHITECTURE.md)."""
+    PATH = "model.attention"
+    num_heads: int = 4
+    num_kv_heads: int | None = None            # None = num_heads (MHA); 1 = MQA; else GQA
+    kernel: str = "reference"                 # a name in attnjax.registry.KERNELS
+    block_q: int = 512                        # chunked kernel block sizes
+    block_k: int = 512
+    fused_qkv: bool = True
+    use_bias: bool = False
+    qk_norm: Literal["none", "rms", "layer"] = "none"
+    scale: Literal["inv_sqrt_d", "inv_d", "constant", "learned"] = "inv_sqrt_d"
+    scale_multiplier: float = 1.0              # logits *= multiplier * policy (constant: multiplier)
+    logit_soft_cap: float | None = None
+    sink: Literal["none", "learned", "plus_one"] = "none"
+    dropout: Literal["none", "probs_shared", "probs_per_head", "output"] = "none"
+    dropout_rate: float = 0.0
+    window: int | None = None                 # sliding window: each query sees its last `window` keys
+
+    def _validate(self):
+        KERNELS.get(self.kernel, f"{self.PATH}.kernel")
+        for name in ("num_heads", "block_q", "block_k"):
+            if getattr(self, name) < 1:
+                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.num_kv_heads is not None and (
+                self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
+            self._fail("num_kv_heads", f"={self.num_kv_heads} must be >= 1 and divide "
+                       f"num_heads={self.num_heads}")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            self._fail("dropout_rate", f"must be in [0, 1), got {self.dropout_rate}")
+        if self.dropout != "none" and self.dropout_rate == 0.0:
+            self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
+                       "dropout='none'")
+        if self.logit_soft_cap is not None and self.logit_soft_cap <= 0:
+            self._fail("logit_soft_cap", f"must be > 0, got {self.logit_soft_cap}")
+        if self.window is not None and self.window < 1:
+            self._fail("window", f"must be >= 1, got {self.window}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionConfig(_Validated):
+    """Which position encoding, and its settings. ``kind`` is a name in ``POSITIONS``."""
+    PATH = "model.position"
+    kind: str = "rope"
+    rope_base: float = 10000.0
+    rope_fraction: float = 1.0                  # fraction of head_dim that rotates
+    rope_scaling: Literal["default", "linear", "ntk", "dynamic_ntk", "yarn"] = "default"
+    rope_scale: float = 1.0                     # s = L_eval / L_train for linear / ntk / yarn
+    train_length: int | None = None             # L_train; None = model.max_length
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    learned_interpolate: bool = False           # learned table stretched to longer inputs
+
+    def _validate(self):
+        POSITIONS.get(self.kind, f"{self.PATH}.kind")
+        if not 0.0 < self.rope_fraction <= 1.0:
+            self._fail("rope_fraction", f"must be in (0, 1], got {self.rope_fraction}")
+        if self.rope_scale < 1.0:
+            self._fail("rope_scale", f"must be >= 1, got {self.rope_scale}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(_Validated):
+    """A decoder-only language model."""
+    PATH = "model"
+    vocab_size: int = 256
+    d_model: int = 128
+    num_layers: int = 4
+    max_length: int = 256
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    mlp_ratio: float = 4.0
+    norm: Literal["layer", "rms"] = "layer"
+    norm_position: Literal["pre", "post"] = "pre"
+    residual_dropout: float = 0.0
+    tie_embeddings: bool = True
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
+    attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
+    position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
+
+    def _validate(self):
+        from attnjax.ops.attention import check_kernel_supports, requested_options
+        att = self.attention
+        for name in ("vocab_size", "d_model", "num_layers", "max_length"):
+            if getattr(self, name) < 1:
+                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.d_model % att.num_heads:
+            self._fail("d_model", f"={self.d_model} is not divisible by "
+                       f"attention.num_heads={att.num_heads}")
+        if not 0.0 <= self.residual_dropout < 1.0:
+            self._fail("residual_dropout", f"must be in [0, 1), got {self.residual_dropout}")
+        position = POSITIONS.get(self.position.kind)
+        asked = requested_options(
+            bias=True if position.bias is not None else None,
+            window=att.window, scale=[1.0] if att.scale == "learned" else None,
+            logit_soft_cap=att.logit_soft_cap, sink=None if att.sink == "none" else 0.0,
+            dropout_rate=att.dropout_rate if att.dropout.startswith("probs") else 0.0)
+        check_kernel_supports(att.kernel, asked, field="model.attention.kernel")
+        if self.position.kind == "rope":
+            from attnjax.ops.positions import rope_rotary_dim
+            rope_rotary_dim(self.head_dim, self.position.rope_fraction)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.attention.num_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(_Validated):
+    """Top-level config: what ``experiments/<name>.py:get_config()`` returns."""
+    PATH = ""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    seed: int = 0
+
+
+def from_dict(cls, data: dict, path: str | None = None):
+    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error listing valid ones."""
+    path = cls.PATH if path is None else path
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ValueError(f"{_join(path, unknown[0])} is not a config field; "
+                         f"valid: {', '.join(names)}")
+    return cls(**data)
+
+
+def to_dict(config) -> dict:
+    """Nested plain dict of a config (JSON-serialisable)."""
+    return dataclasses.asdict(config)
+
+
+def to_json(config) -> str:
+    return json.dumps(to_dict(config), indent=2, sort_keys=True)
+
+
+def from_json(cls, text: str):
+    return from_dict(cls, json.loads(text))
+
+
+def _parse_value(text: str) -> Any:
+    """``'4'`` -> 4, ``'0.5'`` -> 0.5, ``'true'`` -> True, ``'null'``/``'None'`` -> None, else str."""
+    if text == "None":
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_overrides(config, overrides: dict[str, Any] | list[str]):
+    """Return a copy of ``config`` with dotted overrides applied.
+
+    ``overrides`` is a dict ``{"model.attention.num_heads": 8}`` or a list of ``KEY=VALUE``
+    strings (values parsed as JSON where possible, else kept as strings). Keys are relative to
+    the top-level config (``model.d_model``, ``seed``).
+    """
+    if isinstance(overrides, (list, tuple)):
+        pairs = {}
+        for item in overrides:
+            if "=" not in item:
+                raise ValueError(f"override {item!r} must look like KEY=VALUE")
+            key, value = item.split("=", 1)
+            pairs[key.strip()] = _parse_value(value.strip())
+        overrides = pairs
+    data = to_dict(config)
+    for key, value in overrides.items():
+        node, parts = data, key.split(".")
+        for depth, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                where = ".".join(parts[:depth]) or "config"
+                valid = ", ".join(node) if isinstance(node, dict) else "(not a section)"
+                raise ValueError(f"override {key!r}: {part!r} is not a field of {where}; "
+                                 f"valid: {valid}")
+            if depth == len(parts) - 1:
+                node[part] = value
+            else:
+                node = node[part]
+    return from_dict(type(config), data)

@@ -1,0 +1,104 @@
+"""Feed-forward, Block and DecoderLM. ``DecoderLM.__call__`` returns ``(logits, aux)``.
+
+``aux["attn_weights"]`` holds one ``[B, N, T, S]`` array per layer when ``return_weights``;
+diagnostics read it directly, no hooks needed.
+
+References: Vaswani et al. 2017 (post-norm block); Xiong et al. 2020, "On Layer Normalization
+in the Transformer Architecture" (pre-norm); Shazeer 2020, "GLU Variants Improve
+Transformer" (SwiGLU).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from attnjax.config import ModelConfig
+from attnjax.nn.attention import NORMS, MultiHeadAttention
+from attnjax.registry import POSITIONS
+
+
+class FeedForward(nn.Module):
+    """GELU MLP ``W2 gelu(W1 x)`` (hidden = ratio * d) or SwiGLU ``W2 (silu(W1 x) * W3 x)``
+    (hidden = 2/3 * ratio * d rounded up to a multiple of 8, so the parameter count matches)."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        dtype = jnp.dtype(cfg.dtype)
+        if cfg.mlp == "gelu":
+            hidden = int(cfg.mlp_ratio * cfg.d_model)
+            h = nn.gelu(nn.Dense(hidden, dtype=dtype, name="up")(x))
+        else:
+            hidden = -(-int(2 * cfg.mlp_ratio * cfg.d_model / 3) // 8) * 8
+            gate, up = jnp.split(nn.Dense(2 * hidden, dtype=dtype, name="gate_up")(x), 2, axis=-1)
+            h = nn.silu(gate) * up
+        return nn.Dense(cfg.d_model, dtype=dtype, name="down")(h)
+
+
+class Block(nn.Module):
+    """Pre-norm ``x + f(norm(x))`` or post-norm ``norm(x + f(x))`` for attention then MLP."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False):
+        cfg = self.config
+        norm = lambda name: NORMS[cfg.norm](dtype=jnp.dtype(cfg.dtype), name=name)
+        drop = lambda y: nn.Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
+        attention = MultiHeadAttention(cfg, name="attention")
+        mlp = FeedForward(cfg, name="mlp")
+        kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
+        if cfg.norm_position == "pre":
+            y, weights = attention(norm("attention_norm")(x), positions, **kwargs)
+            x = x + drop(y)
+            x = x + drop(mlp(norm("mlp_norm")(x)))
+        else:
+            y, weights = attention(x, positions, **kwargs)
+            x = norm("attention_norm")(x + drop(y))
+            x = norm("mlp_norm")(x + drop(mlp(x)))
+        return x, weights
+
+
+class DecoderLM(nn.Module):
+    """Token embedding (+ absolute positions), ``num_layers`` blocks, final norm, logits.
+
+    ``positions`` default to ``arange(T)``; with ``decode=True`` they continue from the
+    number of tokens already decoded (a counter in the ``cache`` collection).
+    """
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens, positions=None, *, deterministic: bool = True,
+                 decode: bool = False, return_weights: bool = False):
+        cfg = self.config
+        dtype = jnp.dtype(cfg.dtype)
+        if positions is None:
+            offset = 0
+            if decode:
+                initialized = self.has_variable("cache", "position")
+                counter = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+                if initialized:
+                    offset = counter.value
+                    counter.value = offset + tokens.shape[1]
+            positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
+        embed = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(0.02),
+                         name="embed")
+        x = embed(tokens).astype(dtype)
+        position = POSITIONS.get(cfg.position.kind)
+        if position.embed is not None:
+            x = x + position.embed(self, positions, cfg).astype(dtype)
+        x = nn.Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
+        weights = []
+        for i in range(cfg.num_layers):
+            x, w = Block(cfg, name=f"block_{i}")(x, positions, deterministic=deterministic,
+                                                 decode=decode, return_weights=return_weights)
+            weights.append(w)
+        if cfg.norm_position == "pre":
+            x = NORMS[cfg.norm](dtype=dtype, name="final_norm")(x)
+        if cfg.tie_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, name="unembed")(x)
+        aux = {"attn_weights": tuple(weights)} if return_weights else {}
+        return logits.astype(jnp.float32), aux

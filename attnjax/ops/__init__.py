@@ -1,0 +1,13 @@
+"""Pure jax.numpy attention math: kernels, masks, position encodings. No Flax, no configs."""
+
+from attnjax.ops import chunked, xla, linear  # noqa: F401  (register kernels in this order)
+from attnjax.ops.attention import (OPTIONS, Dropout, KernelSpec, check_kernel_supports,
+                                   dot_product_attention, dropout_keep, requested_options)
+from attnjax.ops.chunked import chunked_attention
+from attnjax.ops.linear import elu_feature_map, linear_attention
+from attnjax.ops.masks import (MaskSpec, block_causal_mask, causal_mask, combine_masks,
+                               lengths_to_valid, mask_value, padding_mask, segment_mask,
+                               sliding_window_mask)
+from attnjax.ops.positions import (ROPE_SCHEDULES, alibi_bias, alibi_slopes, apply_rope,
+                                   rope_frequencies, rope_rotary_dim, sinusoidal_embedding,
+                                   sinusoidal_table, t5_bias, t5_relative_position_bucket)
