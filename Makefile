@@ -1,0 +1,27 @@
+# Two commands do everything on a fresh machine:  make demo  (main job)  and  make test.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+demo: $(STAMP)
+	$(BIN)/attnjax info
+
+bench: $(STAMP)
+	$(BIN)/attnjax bench --out benchmarks/results/attention.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info
