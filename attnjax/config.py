@@ -35,6 +35,10 @@ def _check_value(path: str, hint, value):
         if value not in args:
             raise ValueError(f"{path}={value!r} is not valid; choices: {', '.join(map(str, args))}")
         return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{path} must be a list, got {value!r}")
+        return tuple(_check_value(f"{path}[{i}]", args[0], v) for i, v in enumerate(value))
     if dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
             return value
@@ -182,11 +186,94 @@ class ModelConfig(_Validated):
 
 
 @dataclasses.dataclass(frozen=True)
+class DataConfig(_Validated):
+    """What to train on. ``text``: bytes of ``path`` (a file or directory; ``None`` = the
+    built-in corpus, the interpreter's standard-library source); ``tokens``: a flat binary
+    file of token ids; the rest are synthetic tasks generated on device."""
+    PATH = "data"
+    task: Literal["text", "tokens", "mqar", "copy", "sort", "induction"] = "text"
+    path: str | None = None
+    length: int = 128                           # training sequence length
+    eval_lengths: tuple[int, ...] = ()          # extra evaluation lengths (length is always one)
+    val_fraction: float = 0.1
+    vocab_size: int = 256                       # synthetic tasks and token files
+    num_pairs: int = 8                          # mqar key-value pairs
+    token_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
+
+    def _validate(self):
+        if self.length < 2:
+            self._fail("length", f"must be >= 2, got {self.length}")
+        if any(n < 2 for n in self.eval_lengths):
+            self._fail("eval_lengths", f"must all be >= 2, got {self.eval_lengths}")
+        if not 0.0 < self.val_fraction < 1.0:
+            self._fail("val_fraction", f"must be in (0, 1), got {self.val_fraction}")
+        if self.task == "tokens" and self.path is None:
+            self._fail("path", "is required for task='tokens'")
+        if self.task == "mqar":
+            for n in (self.length,) + self.eval_lengths:
+                if n < 3 * self.num_pairs:
+                    self._fail("length", f"={n} must be >= 3 * num_pairs = {3 * self.num_pairs} "
+                               "for mqar (pairs, then one query per pair)")
+        if self.task == "text" and self.vocab_size != 256:
+            self._fail("vocab_size", f"is 256 for byte-level text, got {self.vocab_size}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(_Validated):
+    """Optimisation, evaluation, logging and checkpoint cadence."""
+    PATH = "train"
+    steps: int = 1000
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    final_lr_fraction: float = 0.1              # cosine decays to this fraction of the peak
+    weight_decay: float = 0.1                   # on matrices only: not on norms, biases, scalars
+    b1: float = 0.9
+    b2: float = 0.95
+    clip_norm: float | None = 1.0
+    grad_accum: int = 1                         # micro-batches per update (batch split evenly)
+    z_loss: float = 0.0                         # coefficient of log^2 Z
+    entropy_reg: float = 0.0                    # coefficient of mean attention entropy
+    steps_per_dispatch: int = 1                 # >1: lax.scan over steps, data made on device
+    parallel: Literal["mesh", "pmap"] = "mesh"
+    log_every: int = 50
+    eval_every: int = 500
+    eval_batches: int = 8
+    eval_batch_size: int = 32
+    checkpoint_every: int = 500
+    keep_best: int = 1                          # checkpoints kept by validation loss (plus latest)
+
+    def _validate(self):
+        for name in ("steps", "batch_size", "grad_accum", "steps_per_dispatch", "log_every",
+                     "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.batch_size % self.grad_accum:
+            self._fail("grad_accum", f"={self.grad_accum} must divide batch_size={self.batch_size}")
+        if self.learning_rate <= 0:
+            self._fail("learning_rate", f"must be > 0, got {self.learning_rate}")
+        for name in ("log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) % self.steps_per_dispatch:
+                self._fail(name, f"={getattr(self, name)} must be a multiple of "
+                           f"steps_per_dispatch={self.steps_per_dispatch}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Config(_Validated):
     """Top-level config: what ``experiments/<name>.py:get_config()`` returns."""
     PATH = ""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     seed: int = 0
+
+    def _validate(self):
+        if self.model.vocab_size < self.data.vocab_size:
+            self._fail("model.vocab_size", f"={self.model.vocab_size} is smaller than the "
+                       f"data's vocabulary ({self.data.vocab_size})")
+        if self.data.length > self.model.max_length:
+            self._fail("data.length", f"={self.data.length} exceeds model.max_length="
+                       f"{self.model.max_length}")
 
 
 def from_dict(cls, data: dict, path: str | None = None):

@@ -1,0 +1,93 @@
+"""Byte-level text and pre-tokenized corpora, sampled as random windows.
+
+Split: the first ``1 - val_fraction`` of the corpus trains, the rest validates (a contiguous
+tail, so no window straddles both). A window of ``L + 1`` tokens gives ``inputs = w[:-1]`` and
+``targets = w[1:]``, all scored. Window offsets are a pure function of the batch key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SEPARATOR = b"\n\n"
+
+
+def builtin_corpus_files() -> list[Path]:
+    """The running interpreter's top-level standard-library sources: a few MB of real text
+    that exists wherever Python does (identical for identical Python versions)."""
+    stdlib = Path(os.__file__).parent
+    return sorted(stdlib.glob("*.py"))
+
+
+def read_bytes(path: str | None) -> np.ndarray:
+    """A UTF-8 file, every file under a directory (sorted, joined by a blank line), or the
+    built-in corpus for ``None``, as ``uint8``."""
+    if path is None:
+        files = builtin_corpus_files()
+    else:
+        root = Path(path)
+        if not root.exists():
+            raise FileNotFoundError(f"data.path={path!r} does not exist")
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        if not files:
+            raise ValueError(f"data.path={path!r} is a directory with no files")
+    data = SEPARATOR.join(f.read_bytes() for f in files)
+    return np.frombuffer(data, np.uint8)
+
+
+def split_bounds(size: int, split: str, val_fraction: float) -> tuple[int, int]:
+    """``[start, end)`` of ``split`` ('train' or 'val') in a corpus of ``size`` tokens."""
+    cut = int(size * (1.0 - val_fraction))
+    return (0, cut) if split == "train" else (cut, size)
+
+
+class ByteCorpus:
+    """Bytes on device; ``sample`` is jittable, so batches can be generated inside a scan."""
+    vocab_size = 256
+
+    def __init__(self, path: str | None, val_fraction: float = 0.1):
+        self.tokens = read_bytes(path)
+        self.val_fraction = val_fraction
+        self._device = jnp.asarray(self.tokens)
+
+    def sample(self, key, batch_size: int, length: int, split: str) -> dict:
+        start, end = split_bounds(len(self.tokens), split, self.val_fraction)
+        if end - start < length + 1:
+            raise ValueError(f"the {split} split has {end - start} tokens, fewer than "
+                             f"data.length + 1 = {length + 1}")
+        offsets = jax.random.randint(key, (batch_size,), start, end - length)
+        windows = jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (length + 1,)))(
+            offsets).astype(jnp.int32)
+        return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
+                "weights": jnp.ones((batch_size, length), jnp.float32)}
+
+
+class TokenFile:
+    """A flat array of token ids on disk, memory-mapped; windows are read on the host.
+
+    For corpora tokenized by the user's own tokenizer (``np.ndarray.tofile`` of uint16/uint32).
+    """
+
+    def __init__(self, path: str, dtype: str, vocab_size: int, val_fraction: float = 0.1):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"data.path={path!r} is not a file")
+        self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
+        self.vocab_size = vocab_size
+        self.val_fraction = val_fraction
+
+    def sample_host(self, seed_sequence: list[int], batch_size: int, length: int,
+                    split: str) -> dict:
+        start, end = split_bounds(len(self.tokens), split, self.val_fraction)
+        if end - start < length + 1:
+            raise ValueError(f"the {split} split has {end - start} tokens, fewer than "
+                             f"data.length + 1 = {length + 1}")
+        rng = np.random.default_rng(seed_sequence)
+        offsets = rng.integers(start, end - length, size=batch_size)
+        windows = np.stack([self.tokens[o:o + length + 1] for o in offsets]).astype(np.int32)
+        return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
+                "weights": np.ones((batch_size, length), np.float32)}

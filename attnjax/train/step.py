@@ -1,0 +1,114 @@
+"""The pure training and evaluation steps.
+
+Objective on a batch with score weights ``w`` (``W = sum w`` over the *global* batch)::
+
+    loss = sum_t w_t [CE_t + z * log^2 Z_t] / W  +  e * mean attention entropy
+
+``CE`` is cross-entropy of the next token, ``Z`` the softmax normaliser of the output logits
+(z-loss, PaLM), ``e`` the attention-entropy coefficient (positive: sharper attention). Sums are
+formed per micro-batch and per device and divided by the global ``W``, so gradient
+accumulation and data parallelism give the same update as one big batch. A step whose loss or
+gradient is not finite leaves parameters and optimizer state unchanged and is counted.
+
+References: Chowdhery et al. 2022, "PaLM" (z-loss).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from attnjax.config import Config
+from attnjax.nn import DecoderLM
+from attnjax.train.optim import learning_rate_schedule, make_optimizer
+from attnjax.train.state import DROPOUT_STREAM, TrainState, stream_key
+
+
+def attention_entropy(weights: tuple) -> jax.Array:
+    """Mean over layers, heads and query rows of ``-sum_j p_j log p_j``."""
+    per_layer = [-(w * jnp.log(jnp.where(w > 0, w, 1.0))).sum(-1).mean() for w in weights]
+    return jnp.mean(jnp.stack(per_layer))
+
+
+def token_sums(logits: jax.Array, batch: dict) -> dict:
+    """Weighted sums over a batch: cross-entropy, log^2 Z, correct predictions, weight."""
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+    w = batch["weights"]
+    return {"ce": ((logz - target_logit) * w).sum(), "z": (logz**2 * w).sum(),
+            "correct": ((jnp.argmax(logits, -1) == batch["targets"]) * w).sum(), "weight": w.sum()}
+
+
+def _split_micro(batch: dict, parts: int) -> dict:
+    return jax.tree_util.tree_map(lambda x: x.reshape(parts, -1, *x.shape[1:]), batch)
+
+
+def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
+    """``train_step(state, batch) -> (state, metrics)``; with ``axis_name`` it is the per-device
+    body of a pmap whose sums are ``psum``-ed over that axis."""
+    model, tx = DecoderLM(config.model), make_optimizer(config.train)
+    cfg = config.train
+    schedule = learning_rate_schedule(cfg)
+    total = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
+    want_entropy = cfg.entropy_reg != 0.0
+
+    def objective(params, micro, rng, weight_total, replicas):
+        logits, aux = model.apply({"params": params}, micro["inputs"], deterministic=False,
+                                  return_weights=want_entropy, rngs={"dropout": rng})
+        sums = token_sums(logits, micro)
+        loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
+        entropy = attention_entropy(aux["attn_weights"]) if want_entropy else jnp.zeros(())
+        # the mean over micro-batches and devices of the entropy: its gradients are summed
+        return loss + cfg.entropy_reg * entropy / (cfg.grad_accum * replicas), (sums, entropy)
+
+    def train_step(state: TrainState, batch: dict):
+        rng = jax.random.fold_in(stream_key(config.seed, DROPOUT_STREAM), state.step)
+        if axis_name:
+            rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+        weight_total = jnp.maximum(total(batch["weights"].sum()), 1.0)
+        replicas = jax.lax.psum(1, axis_name) if axis_name else 1
+
+        def accumulate(grads, xs):
+            index, micro = xs
+            (_, (sums, entropy)), g = jax.value_and_grad(objective, has_aux=True)(
+                state.params, micro, jax.random.fold_in(rng, index), weight_total, replicas)
+            return jax.tree_util.tree_map(jnp.add, grads, g), (sums, entropy)
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        grads, (sums, entropy) = jax.lax.scan(
+            accumulate, zeros, (jnp.arange(cfg.grad_accum), _split_micro(batch, cfg.grad_accum)))
+        grads = total(grads)
+        sums = total(jax.tree_util.tree_map(jnp.sum, sums))
+        entropy = entropy.mean()
+        if axis_name:
+            entropy = jax.lax.pmean(entropy, axis_name)
+        ce = sums["ce"] / weight_total
+        loss = ce + cfg.z_loss * sums["z"] / weight_total + cfg.entropy_reg * entropy
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        new_state = TrainState(step=state.step + 1, params=keep(params, state.params),
+                               opt_state=keep(opt_state, state.opt_state),
+                               skipped=state.skipped + (~finite).astype(jnp.int32))
+        metrics = {"loss": loss, "ce": ce, "accuracy": sums["correct"] / weight_total,
+                   "grad_norm": grad_norm, "lr": schedule(state.step),
+                   "skipped": new_state.skipped, "attention_entropy": entropy}
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(config: Config) -> Callable:
+    """``eval_step(params, batch) -> sums`` (see ``token_sums``), deterministic."""
+    model = DecoderLM(config.model)
+
+    def eval_step(params, batch):
+        logits, _ = model.apply({"params": params}, batch["inputs"])
+        return token_sums(logits, batch)
+
+    return eval_step
