@@ -21,7 +21,8 @@ demo: $(STAMP)
 	$(BIN)/attnjax info
 
 bench: $(STAMP)
-	$(BIN)/attnjax bench --out benchmarks/results/attention.json
+	$(BIN)/attnjax bench attention --out benchmarks/results/attention.json
+	$(BIN)/attnjax bench train --out benchmarks/results/train.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

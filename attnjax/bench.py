@@ -67,3 +67,87 @@ def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> 
                                          "rows": rows}, indent=2))
         print(f"wrote {out}")
     return rows
+
+
+def matmul_peak_flops(n: int = 1024, repeats: int = 5) -> float:
+    """Best float32 FLOP/s of an ``n x n`` matmul on this backend (the MFU denominator)."""
+    a = jax.random.normal(jax.random.key(0), (n, n))
+    dot = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(dot(a, a))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(dot(a, a))
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def model_flops_per_token(config) -> float:
+    """Training FLOPs per token: ``6 N + 12 L d T`` (PaLM, appendix B), with N the parameters
+    of every matmul including the (tied) output projection, L layers, d width, T context."""
+    from attnjax.train.state import init_params
+    params = init_params(config)
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    matmul = sum(leaf.size for path, leaf in flat
+                 if leaf.ndim >= 2 and "position" not in jax.tree_util.keystr(path))
+    m = config.model
+    return 6 * matmul + 12 * m.num_layers * m.d_model * config.data.length
+
+
+def train_throughput(config, steps: int = 50) -> dict:
+    """Tokens/s of the compiled training loop (after one warm-up dispatch)."""
+    from attnjax.data import Dataset
+    from attnjax.train.parallel import Runner
+    from attnjax.train.state import init_state
+    runner = Runner(config, Dataset(config.data))
+    state = runner.place(init_state(config))
+    state, _ = runner.run(state)
+    jax.block_until_ready(state)
+    calls = max(steps // runner.steps_per_call, 1)
+    start = time.perf_counter()
+    for _ in range(calls):
+        state, metrics = runner.run(state)
+    jax.block_until_ready(metrics)
+    seconds = time.perf_counter() - start
+    tokens = calls * runner.steps_per_call * config.train.batch_size * config.data.length
+    return {"tokens_per_s": tokens / seconds, "seconds": seconds,
+            "steps": calls * runner.steps_per_call}
+
+
+def train_settings() -> dict:
+    """The two settings of the training benchmark (issue 3): (a) width 256, 4 layers, 8 heads,
+    sequence 256, batch 16; (b) the nanoGPT CPU setting (REFERENCES.md)."""
+    from attnjax.config import Config, apply_overrides
+    common = {"data.task": "text", "model.vocab_size": 256, "model.num_layers": 4}
+    a = {**common, "model.d_model": 256, "model.attention.num_heads": 8, "model.max_length": 256,
+         "data.length": 256, "train.batch_size": 16}
+    b = {**common, "model.d_model": 128, "model.attention.num_heads": 4, "model.max_length": 64,
+         "data.length": 64, "train.batch_size": 12}
+    return {name: apply_overrides(Config(), {**o, "train.log_every": 10, "train.eval_every": 10,
+                                             "train.checkpoint_every": 10})
+            for name, o in (("a: d256 L4 H8 T256 B16", a), ("b: nanoGPT d128 L4 H4 T64 B12", b))}
+
+
+def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
+    """Tokens/s and model-FLOPs utilisation against a matmul peak measured in the same run,
+    for each setting and for 1 vs 10 steps per dispatch."""
+    from attnjax.config import apply_overrides
+    peak = matmul_peak_flops()
+    print(f"matmul peak (float32, 1024^2): {peak / 1e9:.1f} GFLOP/s", flush=True)
+    rows = []
+    for name, config in train_settings().items():
+        per_token = model_flops_per_token(config)
+        for per_dispatch in (1, 10):
+            cfg = apply_overrides(config, {"train.steps_per_dispatch": per_dispatch})
+            result = train_throughput(cfg, steps)
+            mfu = result["tokens_per_s"] * per_token / peak
+            rows.append({"setting": name, "steps_per_dispatch": per_dispatch,
+                         "flops_per_token": per_token, "peak_flops": peak, "mfu": mfu, **result})
+            print(f"{name:<32} steps/dispatch {per_dispatch:>2}: "
+                  f"{result['tokens_per_s']:>9,.0f} tokens/s  MFU {mfu:6.1%}", flush=True)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"backend": jax.default_backend(), "rows": rows},
+                                        indent=2))
+        print(f"wrote {out}")
+    return rows

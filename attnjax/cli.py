@@ -1,4 +1,6 @@
-"""Command line: ``attnjax info | bench``. The only module that parses argv."""
+"""Command line: ``attnjax train | eval | generate | info | bench``. The only module that parses
+argv. Bad input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is
+one line on stderr and exit status 2, raised before anything compiles."""
 
 from __future__ import annotations
 
@@ -32,21 +34,95 @@ def _info(args) -> int:
     return 0
 
 
+def _train(args) -> int:
+    from attnjax.experiment import experiment_config
+    from attnjax.train import format_summary, train
+    config = experiment_config(args.experiment, args.overrides)
+    summary = train(config, args.workdir, progress=not args.no_progress)
+    print(format_summary(summary))
+    return 0
+
+
+def _eval(args) -> int:
+    import json
+    from pathlib import Path
+
+    from attnjax.config import apply_overrides
+    from attnjax.data import Dataset
+    from attnjax.generate import load_params
+    from attnjax.train import evaluate
+    config, params, step = load_params(args.workdir, args.checkpoint)
+    if args.overrides:
+        config = apply_overrides(config, args.overrides)
+    lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
+    results = evaluate(config, params, Dataset(config.data), lengths)
+    print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}")
+    print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
+    for length, r in results.items():
+        print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
+    out = Path(args.workdir) / "eval.json"
+    out.write_text(json.dumps({"checkpoint": args.checkpoint, "step": step,
+                               "overrides": args.overrides,
+                               "results": {str(k): v for k, v in results.items()}}, indent=2))
+    return 0
+
+
+def _generate(args) -> int:
+    from attnjax.generate import load_params, sample
+    config, params, _ = load_params(args.workdir, args.checkpoint)
+    if config.data.task != "text":
+        raise ValueError("generate needs a byte-level text run (data.task='text')")
+    prompt = list(args.prompt.encode("utf-8"))
+    tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
+                    top_k=args.top_k, seed=args.seed)
+    print(args.prompt + bytes(tokens).decode("utf-8", errors="replace"))
+    return 0
+
+
 def _bench(args) -> int:
     from attnjax import bench
-    bench.run(lengths=args.lengths, kernels=args.kernels, out=args.out, batch=args.batch,
-              heads=args.heads, head_dim=args.head_dim)
+    if args.what == "train":
+        bench.run_train_benchmark(steps=args.steps, out=args.out)
+    else:
+        bench.run(lengths=args.lengths, kernels=args.kernels, out=args.out, batch=args.batch,
+                  heads=args.heads, head_dim=args.head_dim)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train EXPERIMENT.py into --workdir (resumes)")
+    train.add_argument("experiment", help="experiments/<name>.py defining get_config()")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                       help="config overrides, e.g. model.attention.num_heads=8")
+    train.add_argument("--workdir", required=True)
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(run=_train)
+    evaluate = commands.add_parser("eval", help="evaluate a run's checkpoint, e.g. at other "
+                                   "lengths or with a RoPE scaling override")
+    evaluate.add_argument("workdir")
+    evaluate.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    evaluate.add_argument("--lengths", type=int, nargs="+", default=None)
+    evaluate.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    evaluate.set_defaults(run=_eval)
+    generate = commands.add_parser("generate", help="sample text with the KV cache")
+    generate.add_argument("workdir")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--tokens", type=int, default=100)
+    generate.add_argument("--temperature", type=float, default=0.8)
+    generate.add_argument("--top-k", type=int, default=None)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    generate.set_defaults(run=_generate)
     info = commands.add_parser("info", help="registered kernels and position encodings, "
                                "and a parity table of the kernels")
     info.add_argument("--no-grads", action="store_true", help="parity of outputs only")
     info.set_defaults(run=_info)
-    bench = commands.add_parser("bench", help="memory and time of the attention kernels")
+    bench = commands.add_parser("bench", help="attention kernels (memory, time) or training "
+                                "throughput (tokens/s, MFU)")
+    bench.add_argument("what", choices=["attention", "train"])
+    bench.add_argument("--steps", type=int, default=50, help="train: timed steps per setting")
     bench.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
     bench.add_argument("--kernels", nargs="+", default=None)
     bench.add_argument("--batch", type=int, default=1)
@@ -61,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except ValueError as error:  # bad input: one line, no traceback
+    except (ValueError, FileNotFoundError) as error:  # bad input: one line, no traceback
         print(f"attnjax: error: {error}", file=sys.stderr)
         return 2
 

@@ -71,7 +71,8 @@ class _Validated:
         pass
 
     def _fail(self, field: str, message: str):
-        raise ValueError(f"{_join(self.PATH, field)} {message}")
+        separator = "" if message.startswith("=") else " "
+        raise ValueError(f"{_join(self.PATH, field)}{separator}{message}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,13 +173,12 @@ class ModelConfig(_Validated):
         position = POSITIONS.get(self.position.kind)
         asked = requested_options(
             bias=True if position.bias is not None else None,
-            window=att.window, scale=[1.0] if att.scale == "learned" else None,
+            window=att.window, scale=(1.0,) if att.scale == "learned" else None,
             logit_soft_cap=att.logit_soft_cap, sink=None if att.sink == "none" else 0.0,
             dropout_rate=att.dropout_rate if att.dropout.startswith("probs") else 0.0)
         check_kernel_supports(att.kernel, asked, field="model.attention.kernel")
-        if self.position.kind == "rope":
-            from attnjax.ops.positions import rope_rotary_dim
-            rope_rotary_dim(self.head_dim, self.position.rope_fraction)
+        if position.check is not None:
+            position.check(self)
 
     @property
     def head_dim(self) -> int:

@@ -79,9 +79,12 @@ class MultiHeadAttention(nn.Module):
         elif att.sink == "plus_one":
             sink = 0.0
         dropout_rate = 0.0 if deterministic or not att.dropout.startswith("probs") else att.dropout_rate
-        kernel = att.kernel
-        if return_weights and "return_weights" not in KERNELS.get(kernel).supports:
-            kernel = "reference"
+        kernel, spec = att.kernel, KERNELS.get(att.kernel)
+        if return_weights and "return_weights" not in spec.supports:
+            if not spec.exact:
+                raise ValueError(f"model.attention.kernel={kernel!r} cannot return attention "
+                                 "weights (it is not softmax attention)")
+            kernel = "reference"  # computes the same function, and can
         result = dot_product_attention(
             q, k, v, bias, scale=scale, is_causal=True,
             local_window_size=None if att.window is None else (att.window - 1, 0),

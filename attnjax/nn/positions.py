@@ -26,14 +26,22 @@ class PositionEncoding(NamedTuple):
     embed(module, positions [B|1, T], config) -> [B|1, T, d_model], called in the embedding.
     rotate(q, k, q_positions, k_positions, config) -> (q, k), on BTNH arrays.
     bias(module, config) -> fn(q_positions, k_positions) -> [B|1, N, tq, tk].
+    check(config) -> None: raise ValueError (naming the config field) for settings the
+      encoding cannot honour, so they fail when the config is built.
     """
     embed: Callable | None = None
     rotate: Callable | None = None
     bias: Callable | None = None
+    check: Callable | None = None
 
 
 def _sinusoidal_embed(module: nn.Module, positions, config: ModelConfig):
     return P.sinusoidal_embedding(positions, config.d_model)
+
+
+def _check_sinusoidal(config: ModelConfig):
+    if config.d_model % 2:
+        raise ValueError(f"model.d_model={config.d_model} must be even for sinusoidal positions")
 
 
 def _learned_embed(module: nn.Module, positions, config: ModelConfig):
@@ -65,6 +73,18 @@ def _rope_rotate(q, k, q_positions, k_positions, config: ModelConfig):
     return P.apply_rope(q, q_positions, **kwargs), P.apply_rope(k, k_positions, **kwargs)
 
 
+def _check_rope(config: ModelConfig):
+    pos = config.position
+    try:
+        rotary_dim = P.rope_rotary_dim(config.head_dim, pos.rope_fraction)
+    except ValueError:
+        raise ValueError(f"model.position.rope_fraction={pos.rope_fraction} leaves fewer than 2 "
+                         f"rotary features of head_dim={config.head_dim}") from None
+    if pos.rope_scaling in ("ntk", "dynamic_ntk") and rotary_dim < 4:
+        raise ValueError(f"model.position.rope_scaling={pos.rope_scaling!r} needs >= 4 rotary "
+                         "features (raise rope_fraction or head_dim)")
+
+
 def _alibi_bias(module: nn.Module, config: ModelConfig):
     slopes = jnp.asarray(P.alibi_slopes(config.attention.num_heads), jnp.float32)
     return lambda q_pos, k_pos: P.alibi_bias(slopes, q_pos, k_pos)
@@ -80,9 +100,10 @@ def _t5_bias(module: nn.Module, config: ModelConfig):
 
 
 POSITIONS.register("none", PositionEncoding())
-POSITIONS.register("sinusoidal", PositionEncoding(embed=_sinusoidal_embed))
+POSITIONS.register("sinusoidal", PositionEncoding(embed=_sinusoidal_embed,
+                                                  check=_check_sinusoidal))
 POSITIONS.register("learned", PositionEncoding(embed=_learned_embed))
-POSITIONS.register("rope", PositionEncoding(rotate=_rope_rotate))
+POSITIONS.register("rope", PositionEncoding(rotate=_rope_rotate, check=_check_rope))
 POSITIONS.register("alibi", PositionEncoding(bias=_alibi_bias))
 POSITIONS.register("t5", PositionEncoding(bias=_t5_bias))
 

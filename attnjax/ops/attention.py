@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnjax.ops.masks import MaskSpec, mask_value
 from attnjax.registry import KERNELS
@@ -183,7 +184,7 @@ def requested_options(*, bias=None, mask=None, positions=False, window=None,
         "bias": bias is not None, "mask": mask is not None, "positions": positions,
         "window": window is not None, "block_causal": block_causal is not None,
         "segment": segment, "padding": padding,
-        "per_head_scale": scale is not None and jnp.ndim(scale) > 0,
+        "per_head_scale": scale is not None and np.ndim(scale) > 0,
         "softcap": logit_soft_cap is not None, "sink": sink is not None,
         "dropout": dropout_rate > 0, "return_weights": return_weights,
         "cross_attention": cross_attention,
@@ -229,7 +230,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
       scale: logit multiplier; ``None`` = ``1/sqrt(H)``; a float; or a per-head array ``[N]``.
       is_causal: key j visible from query i iff ``key_pos[j] <= query_pos[i]``.
       query_seq_lengths, key_value_seq_lengths: int ``[B]``; positions past them are padding.
-      local_window_size: ``w`` (= ``(w, 0)``) or ``(left, right)``: keys with
+      local_window_size: ``w`` (= ``(w, w)``, as in jax.nn) or ``(left, right)``: keys with
         ``q - left <= k <= q + right`` are visible (``None`` on a side = unbounded).
       causal_block_size: block-causal mask (full attention within blocks, causal across).
       segment_ids: ``[B, T]`` for self-attention or ``(q_ids [B, Tq], kv_ids [B, Tk])``.
@@ -262,7 +263,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     if not 0.0 <= dropout_rate < 1.0:
         raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
     if isinstance(local_window_size, int):
-        local_window_size = (local_window_size, 0)
+        local_window_size = (local_window_size, local_window_size)
     if segment_ids is not None and not isinstance(segment_ids, tuple):
         segment_ids = (segment_ids, segment_ids)
     asked = requested_options(

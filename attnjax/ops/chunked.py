@@ -80,21 +80,32 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
                 "bkgqs,bskh->bkgqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
             return (m_new, l, acc), None
 
-        shape = (B, K, G, bq)
+        # Initial carries derived from q, so they carry q's sharding (explicit-sharding meshes
+        # require the scan carry types, shardings included, to stay equal).
+        acc0 = jnp.zeros_like(jnp.moveaxis(q, 1, 3), dtype=acc_dtype)         # [B,K,G,bq,H]
+        l0 = acc0[..., 0]
         if sink is None:
-            m0, l0 = jnp.full(shape, fill, acc_dtype), jnp.zeros(shape, acc_dtype)
+            m0 = l0 + fill
         else:
-            m0 = jnp.broadcast_to(sink[:, :, None].astype(acc_dtype), shape)
-            l0 = jnp.ones(shape, acc_dtype)
-        acc0 = jnp.zeros(shape + (H,), acc_dtype)
+            m0, l0 = l0 + sink[:, :, None].astype(acc_dtype), l0 + 1.0
         (_, l, acc), _ = jax.lax.scan(jax.checkpoint(key_step), (m0, l0, acc0),
                                       (jnp.arange(k_blocks.shape[0]), k_blocks, v_blocks))
         out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,K,G,bq,H]
         return jnp.moveaxis(out, 3, 1).astype(query.dtype)                 # [B,bq,K,G,H]
 
     out = jax.lax.map(jax.checkpoint(query_block), (jnp.arange(q_blocks.shape[0]), q_blocks))
-    out = jnp.moveaxis(out, 0, 1).reshape(B, -1, N, H)
+    # Merging the block axes: under an explicit-sharding mesh the result must be told its
+    # sharding, which is the query's (batch and heads as they came in).
+    out = jnp.reshape(jnp.moveaxis(out, 0, 1), (B, -1, N, H),
+                      out_sharding=jax.typeof(query).sharding if _explicit(query) else None)
     return out[:, :T]
+
+
+def _explicit(x: jax.Array) -> bool:
+    """True under a mesh with explicit axis types (where reshapes need an output sharding)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    return bool(getattr(mesh, "explicit_axes", ()))
 
 
 KERNELS.register("chunked", KernelSpec(chunked_attention,

@@ -26,6 +26,14 @@ def jax_nn_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
     if implementation == "cudnn" and jax.default_backend() != "gpu":
         raise ValueError(f"implementation='cudnn' needs a CUDA GPU; this process runs on "
                          f"{jax.default_backend()!r}; use 'xla', 'chunked' or 'reference'")
+    if jax.default_backend() == "cpu" and query.dtype == jnp.float16:
+        # XLA:CPU has no float16 x float16 -> float32 dot: compute in float32, round back.
+        as32 = lambda x: None if x is None or callable(x) else x.astype(jnp.float32)
+        out = jax_nn_attention(query.astype(jnp.float32), key.astype(jnp.float32),
+                               value.astype(jnp.float32), bias=bias if callable(bias) else as32(bias),
+                               mask=mask, scale=scale, logit_soft_cap=None, sink=None,
+                               dropout=None, return_weights=False, implementation=implementation)
+        return out.astype(query.dtype)
     B, T, N, H = query.shape
     S = key.shape[1]
     visible = mask.block(0, T, 0, S)

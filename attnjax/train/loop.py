@@ -9,6 +9,7 @@ a checkpoint and returns cleanly.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -56,7 +57,8 @@ def prepare_workdir(workdir: str | Path, config: Config) -> Path:
         raise ValueError(f"workdir {str(workdir)!r} is not writable ({error.strerror})") from None
     stored = workdir / "config.json"
     if stored.exists():
-        changed = _differences(json.loads(stored.read_text()), to_dict(config))
+        as_json = json.loads(json.dumps(to_dict(config)))  # tuples read back as lists
+        changed = _differences(json.loads(stored.read_text()), as_json)
         if changed:
             raise ValueError(f"workdir {str(workdir)!r} holds a run with another config "
                              f"({'; '.join(changed[:3])}); use a new --workdir")
@@ -76,7 +78,7 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
     """Validation loss and accuracy at each length (default: the training length plus
     ``data.eval_lengths``), over ``train.eval_batches`` fixed batches."""
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
-    step = jax.jit(make_eval_step(config))
+    step = _compiled_eval_step(config)
     results = {}
     for length in lengths:
         totals = {"ce": 0.0, "correct": 0.0, "weight": 0.0}
@@ -88,6 +90,12 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
         weight = max(totals["weight"], 1.0)
         results[length] = {"loss": totals["ce"] / weight, "accuracy": totals["correct"] / weight}
     return results
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_eval_step(config: Config):
+    """One jitted eval step per config, so periodic evaluations do not recompile."""
+    return jax.jit(make_eval_step(config))
 
 
 class _StopFlag:
@@ -120,13 +128,13 @@ def _eval_record(results: dict, train_length: int) -> dict:
 
 def train(config: Config, workdir: str | Path, *, devices=None, progress: bool = True) -> dict:
     """Train (or resume, or return the finished run's summary). Returns the summary dict."""
+    dataset = Dataset(config.data)          # bad data or devices fail before anything is written
+    runner = Runner(config, dataset, devices)
     workdir = prepare_workdir(workdir, config)
     summary_path = workdir / "summary.json"
     if summary_path.exists():
         return json.loads(summary_path.read_text())
     cfg = config.train
-    dataset = Dataset(config.data)
-    runner = Runner(config, dataset, devices)
     checkpoints = Checkpoints(workdir / "ckpt", cfg.keep_best)
     state = runner.place(init_state(config))
     restored, start = checkpoints.restore(runner.unplace(state))

@@ -30,11 +30,13 @@ def stream_key(seed: int, stream: int) -> jax.Array:
 def init_params(config: Config):
     model = DecoderLM(config.model)
     tokens = jnp.zeros((1, config.data.length), jnp.int32)
-    return model.init(stream_key(config.seed, PARAMS_STREAM), tokens)["params"]
+    init = jax.jit(lambda key: model.init(key, tokens)["params"])  # one compile, not one per op
+    return init(stream_key(config.seed, PARAMS_STREAM))
 
 
 def init_state(config: Config) -> TrainState:
-    params = init_params(config)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=make_optimizer(config.train).init(params),
-                      skipped=jnp.zeros((), jnp.int32))
+    def build(params):
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=make_optimizer(config.train).init(params),
+                          skipped=jnp.zeros((), jnp.int32))
+    return jax.jit(build)(init_params(config))

@@ -1,0 +1,381 @@
+"""Tests for attnjax.config: construction, JSON round-trip, dotted overrides, errors."""
+
+import dataclasses
+import json
+import re
+
+import jax.monitoring
+import pytest
+
+from attnjax import KERNELS, POSITIONS  # importing attnjax registers kernels and encodings
+from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
+                            TrainConfig, apply_overrides, from_dict, from_json, to_dict,
+                            to_json)
+
+
+def _raises_one_line(fn, *fragments):
+    """``fn()`` raises a one-line ValueError containing every fragment (literally)."""
+    with pytest.raises(ValueError) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return message
+
+
+def _override_error(items, *fragments):
+    return _raises_one_line(lambda: apply_overrides(Config(), items), *fragments)
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_defaults_construct():
+    config = Config()
+    assert config.seed == 0
+    assert isinstance(config.model, ModelConfig)
+    assert isinstance(config.model.attention, AttentionConfig)
+    assert isinstance(config.model.position, PositionConfig)
+    assert config.model.attention.kernel in KERNELS
+    assert config.model.position.kind in POSITIONS
+    assert config.model.head_dim == config.model.d_model // config.model.attention.num_heads
+    assert config.model.attention.kv_heads == config.model.attention.num_heads
+    assert ModelConfig() == Config().model
+
+
+def test_int_given_for_float_is_converted():
+    att = AttentionConfig(scale_multiplier=2)
+    assert att.scale_multiplier == 2.0 and isinstance(att.scale_multiplier, float)
+
+
+NON_DEFAULT = [
+    Config(seed=7),
+    Config(model=ModelConfig(d_model=64, num_layers=3, mlp="swiglu", mlp_ratio=2.5,
+                             norm="rms", norm_position="post", tie_embeddings=False,
+                             residual_dropout=0.125, dtype="bfloat16")),
+    Config(model=ModelConfig(attention=AttentionConfig(
+        num_heads=8, num_kv_heads=2, kernel="chunked", block_q=16, block_k=32,
+        fused_qkv=False, use_bias=True, qk_norm="rms", scale="learned",
+        scale_multiplier=0.3, logit_soft_cap=30.5, sink="learned",
+        dropout="probs_per_head", dropout_rate=0.1, window=7))),
+    Config(model=ModelConfig(position=PositionConfig(
+        kind="rope", rope_base=500000.0, rope_fraction=0.5, rope_scaling="yarn",
+        rope_scale=4.0, train_length=64)), seed=3),
+    Config(model=ModelConfig(position=PositionConfig(kind="t5", t5_num_buckets=16,
+                                                     t5_max_distance=64))),
+    Config(model=ModelConfig(max_length=32, position=PositionConfig(
+        kind="learned", learned_interpolate=True)), data=DataConfig(length=32)),
+    Config(data=DataConfig(task="copy", length=64, eval_lengths=(128, 256), vocab_size=32,
+                           val_fraction=0.25),
+           train=TrainConfig(steps=10, batch_size=8, grad_accum=2, learning_rate=3e-4,
+                             clip_norm=None)),
+    Config(model=ModelConfig(attention=AttentionConfig(kernel="linear"),
+                             position=PositionConfig(kind="none"))),
+]
+
+
+@pytest.mark.parametrize("config", NON_DEFAULT, ids=lambda c: f"seed{c.seed}")
+def test_json_round_trip(config):
+    text = to_json(config)
+    json.loads(text)  # valid JSON
+    back = from_json(Config, text)
+    assert back == config
+    assert type(back.data.eval_lengths) is tuple
+    assert type(back.model.attention.scale_multiplier) is float
+    assert to_json(back) == text
+    assert from_dict(Config, to_dict(config)) == config
+
+
+def test_json_round_trip_keeps_none_and_floats():
+    config = Config(model=ModelConfig(attention=AttentionConfig(
+        num_kv_heads=None, window=None, logit_soft_cap=None, scale_multiplier=0.1)))
+    data = json.loads(to_json(config))
+    assert data["model"]["attention"]["window"] is None
+    assert data["model"]["attention"]["num_kv_heads"] is None
+    assert data["model"]["attention"]["scale_multiplier"] == 0.1
+    assert from_json(Config, to_json(config)) == config
+
+
+def test_from_dict_unknown_nested_key():
+    _raises_one_line(lambda: from_dict(Config, {"model": {"attention": {"num_head": 4}}}),
+                     "model.attention.num_head", "num_heads", "num_kv_heads")
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def test_overrides_list_of_strings():
+    base = Config()
+    new = apply_overrides(base, [
+        "model.attention.num_heads=8", "model.position.kind=alibi",
+        "model.attention.window=None", "seed=3", "model.attention.scale_multiplier=0.5",
+        "model.tie_embeddings=false", "model.attention.logit_soft_cap=null",
+        "model.position.rope_base=500000", "model.attention.kernel=chunked"])
+    assert new.model.attention.num_heads == 8
+    assert new.model.position.kind == "alibi"
+    assert new.model.attention.window is None
+    assert new.seed == 3
+    assert new.model.attention.scale_multiplier == 0.5
+    assert new.model.tie_embeddings is False
+    assert new.model.attention.logit_soft_cap is None
+    assert new.model.position.rope_base == 500000.0
+    assert isinstance(new.model.position.rope_base, float)
+    assert new.model.attention.kernel == "chunked"
+    # Everything else untouched, and the original is unchanged.
+    assert new.model.d_model == base.model.d_model
+    assert new.model.attention.qk_norm == base.model.attention.qk_norm
+    assert base == Config()
+    assert base.model.attention.num_heads == 4 and base.seed == 0
+    assert new is not base
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        new.seed = 4  # type: ignore[misc]
+
+
+def test_overrides_dict():
+    base = Config(model=ModelConfig(attention=AttentionConfig(window=5)))
+    new = apply_overrides(base, {"model.attention.num_heads": 8, "model.attention.window": None,
+                                 "model.position.kind": "alibi", "seed": 3,
+                                 "model.attention.scale_multiplier": 0.5,
+                                 "model.tie_embeddings": False})
+    assert (new.model.attention.num_heads, new.model.attention.window, new.seed) == (8, None, 3)
+    assert new.model.position.kind == "alibi"
+    assert new.model.attention.scale_multiplier == 0.5
+    assert new.model.tie_embeddings is False
+    assert base.model.attention.window == 5 and base.model.attention.num_heads == 4
+    assert base.seed == 0 and base.model.tie_embeddings is True
+
+
+def test_overrides_equal_direct_construction():
+    new = apply_overrides(Config(), ["model.d_model=64", "model.attention.num_kv_heads=2",
+                                     "model.attention.qk_norm=rms", "model.mlp=swiglu"])
+    expected = Config(model=ModelConfig(d_model=64, mlp="swiglu", attention=AttentionConfig(
+        num_kv_heads=2, qk_norm="rms")))
+    assert new == expected
+
+
+def test_overrides_empty_is_equal_copy():
+    base = Config(seed=5)
+    assert apply_overrides(base, []) == base
+    assert apply_overrides(base, {}) == base
+
+
+def test_overrides_value_with_equals_sign_kept():
+    # Only the first '=' splits; a string value may contain '='. kind 'a=b' is not valid.
+    _override_error(["model.position.kind=a=b"], "model.position.kind", "'a=b'")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_override_key_lists_fields():
+    message = _override_error(["model.attention.num_head=4"], "num_head", "model.attention")
+    valid = [f.name for f in dataclasses.fields(AttentionConfig)]
+    for name in valid:
+        assert name in message
+
+
+def test_unknown_override_key_dict():
+    _override_error({"model.d_modle": 64}, "d_modle", "d_model", "num_layers")
+
+
+def test_unknown_section():
+    _override_error(["optimizer.lr=0.1"], "optimizer", "model", "seed")
+    _override_error(["model.attn.num_heads=2"], "attn", "attention", "position")
+
+
+@pytest.mark.parametrize("item, shown", [
+    ("model.d_model=abc", "'abc'"),
+    ("model.d_model=1.5", "1.5"),
+    ("model.d_model=true", "True"),
+    ("seed=false", "False"),
+    ("model.attention.window=2.0", "2.0"),
+    ("model.attention.scale_multiplier=true", "True"),
+    ("model.attention.scale_multiplier=fast", "'fast'"),
+    ("model.tie_embeddings=1", "1"),
+    ("model.attention.kernel=3", "3"),
+])
+def test_wrong_type(item, shown):
+    field = item.split("=")[0]
+    _override_error([item], field, shown)
+
+
+def test_wrong_type_direct_construction():
+    _raises_one_line(lambda: ModelConfig(d_model=1.5), "model.d_model", "int")
+    _raises_one_line(lambda: ModelConfig(num_layers=True), "model.num_layers", "int")
+    _raises_one_line(lambda: AttentionConfig(num_heads="4"), "model.attention.num_heads")
+    _raises_one_line(lambda: ModelConfig(attention=3), "model.attention")
+
+
+def test_unknown_kernel_lists_kernels():
+    message = _override_error(["model.attention.kernel=flash"], "model.attention.kernel",
+                              "'flash'")
+    for name in ("reference", "chunked", "xla", "cudnn", "linear"):
+        assert name in message
+    for name in KERNELS.names():
+        assert name in message
+
+
+def test_unknown_position_kind_lists_all():
+    message = _override_error(["model.position.kind=xpos"], "model.position.kind", "'xpos'")
+    for name in POSITIONS.names():
+        assert name in message
+    for name in ("none", "sinusoidal", "learned", "rope", "alibi", "t5"):
+        assert name in message
+
+
+@pytest.mark.parametrize("item, choices", [
+    ("model.mlp=relu", ("gelu", "swiglu")),
+    ("model.norm=batch", ("layer", "rms")),
+    ("model.norm_position=middle", ("pre", "post")),
+    ("model.dtype=float64", ("float32", "bfloat16", "float16")),
+    ("model.attention.qk_norm=l2", ("none", "rms", "layer")),
+    ("model.attention.scale=sqrt", ("inv_sqrt_d", "inv_d", "constant", "learned")),
+    ("model.attention.sink=zero", ("none", "learned", "plus_one")),
+    ("model.attention.dropout=attn", ("none", "probs_shared", "probs_per_head", "output")),
+    ("model.position.rope_scaling=xpos", ("default", "linear", "ntk", "dynamic_ntk", "yarn")),
+])
+def test_literal_bad_value_lists_choices(item, choices):
+    field, value = item.split("=")
+    _override_error([item], field, repr(value), *choices)
+
+
+def test_d_model_not_divisible_by_heads():
+    _override_error(["model.d_model=130"], "model.d_model", "130", "num_heads", "4")
+    _raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=5)),
+                     "model.d_model", "5")
+
+
+def test_heads_not_divisible_by_kv_heads():
+    _override_error(["model.attention.num_kv_heads=3"], "model.attention.num_kv_heads", "3")
+    _raises_one_line(lambda: AttentionConfig(num_heads=4, num_kv_heads=0),
+                     "model.attention.num_kv_heads")
+
+
+@pytest.mark.parametrize("placement", ["probs_shared", "probs_per_head", "output"])
+def test_dropout_placement_with_zero_rate(placement):
+    _override_error([f"model.attention.dropout={placement}"], "model.attention.dropout_rate",
+                    placement)
+
+
+@pytest.mark.parametrize("items", [["model.attention.dropout_rate=1.0"],
+                                   ["model.attention.dropout_rate=-0.1"],
+                                   ["model.residual_dropout=1.5"]])
+def test_rates_out_of_range(items):
+    _override_error(items, items[0].split("=")[0])
+
+
+@pytest.mark.parametrize("items, option", [
+    (["model.attention.kernel=xla", "model.attention.dropout=probs_shared",
+      "model.attention.dropout_rate=0.1"], "dropout"),
+    (["model.attention.kernel=xla", "model.attention.dropout=probs_per_head",
+      "model.attention.dropout_rate=0.1"], "dropout"),
+    (["model.attention.kernel=xla", "model.attention.logit_soft_cap=30.0"], "softcap"),
+    (["model.attention.kernel=xla", "model.attention.sink=learned"], "sink"),
+    (["model.attention.kernel=xla", "model.attention.sink=plus_one"], "sink"),
+    (["model.attention.kernel=linear", "model.position.kind=alibi"], "bias"),
+    (["model.attention.kernel=linear", "model.position.kind=t5"], "bias"),
+    (["model.attention.kernel=linear", "model.attention.window=4"], "window"),
+    (["model.attention.kernel=linear", "model.attention.sink=learned"], "sink"),
+])
+def test_kernel_cannot_honour_option(items, option):
+    kernel = items[0].split("=")[1]
+    message = _override_error(items, "model.attention.kernel", repr(kernel), option)
+    able = [name for name, spec in KERNELS.items() if option in spec.supports]
+    assert able, option
+    listed = message.split(option, 1)[1]
+    for name in able:
+        assert re.search(rf"\b{name}\b", listed), (name, message)
+    assert not re.search(rf"\b{kernel}\b", listed), message
+
+
+def test_output_dropout_allowed_with_xla():
+    # Output dropout is outside the kernel, so every kernel can honour it.
+    config = apply_overrides(Config(), ["model.attention.kernel=xla",
+                                        "model.attention.dropout=output",
+                                        "model.attention.dropout_rate=0.1"])
+    assert config.model.attention.dropout == "output"
+
+
+def test_rope_fraction_too_small():
+    # head_dim 8 with rope_fraction 0.2 leaves floor(1.6) = 1 -> 0 rotary dims.
+    _raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=4),
+                                         position=PositionConfig(rope_fraction=0.2)),
+                     "model.position.rope_fraction", "0.2")
+    # The same fraction is fine when the head is wide enough.
+    ModelConfig(d_model=128, attention=AttentionConfig(num_heads=4),
+                position=PositionConfig(rope_fraction=0.2))
+
+
+def test_rope_fraction_out_of_range():
+    _override_error(["model.position.rope_fraction=0"], "model.position.rope_fraction")
+    _override_error(["model.position.rope_fraction=1.5"], "model.position.rope_fraction")
+
+
+def test_override_item_without_equals():
+    _override_error(["seed"], "'seed'", "KEY=VALUE")
+    _override_error(["model.d_model=64", "model.attention.num_heads 8"],
+                    "model.attention.num_heads 8")
+
+
+def test_sinusoidal_needs_even_width_at_config_time():
+    # Sinusoidal embeddings interleave sin/cos over d_model features, so an odd d_model is an
+    # impossible combination; it must be refused when the config is built, not at trace time.
+    _raises_one_line(lambda: ModelConfig(d_model=33, attention=AttentionConfig(num_heads=3),
+                                         position=PositionConfig(kind="sinusoidal")),
+                     "model.d_model")
+
+
+# --------------------------------------------------------------------------- frozen, eager
+
+
+def test_frozen():
+    config = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.model.d_model = 64  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.model.attention.num_heads = 2  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.model.position.kind = "alibi"  # type: ignore[misc]
+    assert config == Config()
+    assert hash(config) == hash(Config())
+
+
+BAD_CONSTRUCTIONS = [
+    lambda: ModelConfig(d_model=130),
+    lambda: AttentionConfig(num_heads=4, num_kv_heads=3),
+    lambda: AttentionConfig(kernel="flash"),
+    lambda: PositionConfig(kind="xpos"),
+    lambda: AttentionConfig(dropout="probs_shared"),
+    lambda: ModelConfig(attention=AttentionConfig(kernel="xla", logit_soft_cap=30.0)),
+    lambda: ModelConfig(attention=AttentionConfig(kernel="linear"),
+                        position=PositionConfig(kind="alibi")),
+    lambda: ModelConfig(d_model=32, position=PositionConfig(rope_fraction=0.2)),
+]
+
+
+def test_errors_raised_before_any_compilation():
+    events = []
+
+    def listener(name, *args, **kwargs):
+        events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for build in BAD_CONSTRUCTIONS:
+            with pytest.raises(ValueError):
+                build()
+        # Valid configs that exercise every check path also compile nothing.
+        ModelConfig(attention=AttentionConfig(scale="learned", sink="learned",
+                                              dropout="probs_shared", dropout_rate=0.1,
+                                              window=3, logit_soft_cap=5.0))
+        compiles = [e for e in events if e.startswith("/jax/core/compile")]
+        assert not compiles, compiles
+        # Positive control: the listener does see a fresh compilation.
+        import jax.numpy as jnp
+        jax.jit(lambda x: x * 3.0 - 0.25)(jnp.arange(5.0)).block_until_ready()
+        assert any(e.startswith("/jax/core/compile") for e in events)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)

@@ -1,0 +1,113 @@
+"""Datasets: determinism in (seed, step, split), task semantics, splits, token files."""
+
+import numpy as np
+import pytest
+
+from attnjax.config import DataConfig
+from attnjax.data import Dataset, accuracy
+from attnjax.data.text import builtin_corpus_files, split_bounds
+
+TASKS = ["mqar", "copy", "sort", "induction"]
+
+
+def synthetic(task, length=32, **kw):
+    return Dataset(DataConfig(task=task, length=length, vocab_size=64, num_pairs=4, **kw))
+
+
+@pytest.mark.parametrize("task", TASKS + ["text"])
+def test_batches_are_a_function_of_seed_step_split(task):
+    ds = synthetic(task) if task != "text" else Dataset(DataConfig(task="text", length=32))
+    a = ds.batch(0, 5, 4, 32, "train")
+    b = ds.batch(0, 5, 4, 32, "train")
+    for key in ("inputs", "targets", "weights"):
+        np.testing.assert_array_equal(a[key], b[key])
+        assert a[key].shape == (4, 32)
+    assert not np.array_equal(a["inputs"], ds.batch(0, 6, 4, 32, "train")["inputs"])
+    assert not np.array_equal(a["inputs"], ds.batch(1, 5, 4, 32, "train")["inputs"])
+    assert not np.array_equal(a["inputs"], ds.batch(0, 5, 4, 32, "val")["inputs"])
+
+
+def test_mqar_queries_recall_their_values():
+    batch = synthetic("mqar", length=40).batch(0, 0, 16, 40, "train")
+    inputs, targets, weights = (np.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+    for x, y, w in zip(inputs, targets, weights):
+        keys, values = x[0:8:2], x[1:8:2]
+        assert len(set(keys)) == 4 and keys.max() < 32 and values.min() >= 32
+        scored = np.flatnonzero(w)
+        assert len(scored) == 4 and scored.min() >= 8
+        lookup = dict(zip(keys, values))
+        assert sorted(x[scored]) == sorted(keys)              # every key is queried once
+        for t in scored:
+            assert y[t] == lookup[x[t]]                     # target = the key's value
+
+
+def test_copy_and_sort_score_the_second_half():
+    for task, transform in (("copy", lambda s: s), ("sort", np.sort)):
+        batch = synthetic(task, length=20).batch(0, 0, 3, 20, "train")
+        x, y, w = (np.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+        assert x[0, 10] == 63                                # separator = last token
+        np.testing.assert_array_equal(y[:, 10:20], transform(x[:, :10]))
+        np.testing.assert_array_equal(w, np.broadcast_to(np.arange(20) >= 10, (3, 20)))
+
+
+def test_induction_scores_the_repeated_block():
+    batch = synthetic("induction", length=32).batch(0, 0, 8, 32, "train")
+    x, y, w = (np.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+    m = 8
+    seq = np.concatenate([x, y[:, -1:]], axis=1)
+    starts = set()
+    for s, wi in zip(seq, w):
+        scored = np.flatnonzero(wi)
+        assert len(scored) == m - 1
+        start = scored[0]
+        starts.add(int(start))
+        np.testing.assert_array_equal(s[start:start + m], s[:m])   # the block repeats
+    assert len(starts) > 1                                          # at a random offset
+
+
+def test_text_split_and_windows(tmp_path):
+    text = np.random.default_rng(0).integers(0, 256, 10240, dtype=np.uint8).tobytes()
+    (tmp_path / "a.txt").write_bytes(text)
+    ds = Dataset(DataConfig(task="text", path=str(tmp_path / "a.txt"), length=16,
+                            val_fraction=0.25))
+    cut = split_bounds(len(text), "train", 0.25)[1]
+    for split in ("train", "val"):
+        b = ds.batch(3, 0, 8, 16, split)
+        x, y = np.asarray(b["inputs"]), np.asarray(b["targets"])
+        np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
+        windows = np.concatenate([x, y[:, -1:]], axis=1).astype(np.uint8)
+        starts = [text.find(bytes(row)) for row in windows]   # windows are unique in random bytes
+        assert all(s >= 0 for s in starts)                   # contiguous bytes of the file
+        # whole windows (17 bytes) lie inside their split
+        assert all((s + 17 <= cut) if split == "train" else (s >= cut) for s in starts)
+
+
+def test_directory_corpus_and_builtin(tmp_path):
+    (tmp_path / "b.txt").write_text("bbbb")
+    (tmp_path / "a.txt").write_text("aaaa")
+    ds = Dataset(DataConfig(task="text", path=str(tmp_path), length=4))
+    assert bytes(ds._source.tokens) == b"aaaa\n\nbbbb"
+    assert len(builtin_corpus_files()) > 50
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data.path"):
+        Dataset(DataConfig(task="text", path=str(tmp_path / "nope.txt")))
+
+
+def test_token_file_is_memory_mapped_and_deterministic(tmp_path):
+    tokens = np.arange(1000, dtype=np.uint16) % 500
+    path = tmp_path / "tokens.bin"
+    tokens.tofile(path)
+    ds = Dataset(DataConfig(task="tokens", path=str(path), vocab_size=500, length=8))
+    assert not ds.on_device and isinstance(ds._source.tokens, np.memmap)
+    a = ds.batch(0, 2, 4, 8, "train")
+    np.testing.assert_array_equal(a["inputs"], ds.batch(0, 2, 4, 8, "train")["inputs"])
+    np.testing.assert_array_equal((a["inputs"] + 1) % 500, a["targets"])
+
+
+def test_accuracy_counts_only_scored_positions():
+    logits = np.zeros((1, 3, 4), np.float32)
+    logits[0, 0, 1] = logits[0, 1, 2] = logits[0, 2, 3] = 1.0
+    batch = {"targets": np.array([[1, 0, 3]]), "weights": np.array([[1.0, 1.0, 0.0]])}
+    assert float(accuracy(logits, batch)) == 0.5

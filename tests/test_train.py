@@ -1,0 +1,279 @@
+"""Training: exact accumulation, skipped non-finite updates, dispatch grouping, device-count
+equivalence, SIGKILL/SIGTERM resume, checkpoint corruption, run-directory rules."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax.config import Config, apply_overrides
+from attnjax.data import Dataset
+from attnjax.train import Checkpoints, read_metrics, train
+from attnjax.train.parallel import Runner
+from attnjax.train.state import init_state
+from attnjax.train.step import make_train_step
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"model.d_model": 32, "model.num_layers": 2, "model.max_length": 32,
+        "model.attention.num_heads": 4, "data.task": "mqar", "data.length": 32,
+        "data.num_pairs": 4, "data.vocab_size": 64, "model.vocab_size": 64,
+        "train.batch_size": 8, "train.steps": 200, "train.warmup_steps": 5, "train.log_every": 5,
+        "train.eval_every": 50, "train.checkpoint_every": 50, "train.eval_batches": 2,
+        "train.eval_batch_size": 8}
+
+
+def tiny(**overrides) -> Config:
+    return apply_overrides(Config(), {**TINY, **overrides})
+
+
+def one_step(config, batch):
+    step = jax.jit(make_train_step(config))
+    return step(init_state(config), batch)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    config = tiny()
+    batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
+    full_state, full = one_step(config, batch)
+    acc_state, acc = one_step(apply_overrides(config, {"train.grad_accum": 4}), batch)
+    np.testing.assert_allclose(acc["loss"], full["loss"], rtol=1e-6)
+    # sums in another order: float32 rounding of the gradient, relative to its scale
+    np.testing.assert_allclose(acc["grad_norm"], full["grad_norm"], rtol=1e-5)
+    # Compare the accumulated gradients through Adam's first moment (mu = (1 - b1) g after one
+    # step). Parameters after one Adam step are not a fair check: the update is
+    # g / (|g| + eps), which turns last-bit differences of near-zero gradients into large ones.
+    import optax
+    mu_acc = optax.tree_utils.tree_get(acc_state.opt_state, "mu")
+    mu_full = optax.tree_utils.tree_get(full_state.opt_state, "mu")
+    scale = max(float(jnp.abs(x).max()) for x in jax.tree_util.tree_leaves(mu_full))
+    chex.assert_trees_all_close(mu_acc, mu_full, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_non_finite_update_is_skipped_and_counted():
+    config = tiny()
+    batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
+    batch = {**batch, "weights": batch["weights"].at[0, 0].set(jnp.nan)}
+    state = init_state(config)
+    new_state, metrics = jax.jit(make_train_step(config))(state, batch)
+    assert int(new_state.skipped) == 1 and int(new_state.step) == 1
+    assert not np.isfinite(metrics["loss"])
+    chex.assert_trees_all_equal(new_state.params, state.params)
+    chex.assert_trees_all_equal(new_state.opt_state, state.opt_state)
+
+
+def test_steps_per_dispatch_gives_the_same_losses():
+    def losses(per_dispatch):
+        config = tiny(**{"train.steps_per_dispatch": per_dispatch})
+        runner = Runner(config, Dataset(config.data))
+        state, out = runner.place(init_state(config)), []
+        for _ in range(10 // per_dispatch):
+            state, metrics = runner.run(state)
+            out += list(np.asarray(metrics["loss"]))
+        return np.array(out)
+    np.testing.assert_allclose(losses(5), losses(1), rtol=1e-6)
+
+
+DEVICE_SCRIPT = """
+import jax, numpy as np
+from attnjax.config import Config, apply_overrides
+from attnjax.data import Dataset
+from attnjax.train.parallel import Runner
+from attnjax.train.state import init_state
+TINY = {tiny!r}
+def losses(parallel, devices):
+    config = apply_overrides(Config(), {{**TINY, "train.parallel": parallel,
+                                         "train.steps_per_dispatch": 5}})
+    runner = Runner(config, Dataset(config.data), devices)
+    state, out = runner.place(init_state(config)), []
+    for _ in range(3):
+        state, metrics = runner.run(state)
+        out += list(np.asarray(metrics["loss"]))
+    params = runner.unplace(state).params
+    return np.array(out), params
+assert jax.device_count() == 4
+one, p1 = losses("mesh", jax.devices()[:1])
+for parallel in ("mesh", "pmap"):
+    many, p4 = losses(parallel, jax.devices())
+    # the all-reduce sums in another order than one device: float32 rounding only
+    np.testing.assert_allclose(many, one, rtol=2e-6)
+    # Parameters as a whole (relative L2): elementwise, Adam's g / (|g| + eps) magnifies the
+    # last-bit differences of near-zero gradients, so single elements are not a fair check.
+    diff = sum(float(((np.asarray(a) - np.asarray(b)) ** 2).sum())
+               for a, b in zip(jax.tree_util.tree_leaves(p4), jax.tree_util.tree_leaves(p1)))
+    norm = sum(float((np.asarray(b) ** 2).sum()) for b in jax.tree_util.tree_leaves(p1))
+    assert (diff / norm) ** 0.5 < 1e-5, (diff / norm) ** 0.5
+    print(parallel, "OK", many[:3])
+"""
+
+
+def test_four_devices_mesh_and_pmap_match_one_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT.format(tiny=TINY)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mesh OK" in result.stdout and "pmap OK" in result.stdout
+
+
+# ---------------------------------------------------------------- resume through the CLI
+
+def write_experiment(path: Path, **overrides) -> Path:
+    path.write_text(textwrap.dedent(f"""
+        from attnjax.config import Config, apply_overrides
+        def get_config():
+            return apply_overrides(Config(), {{**{TINY!r}, **{overrides!r}}})
+    """))
+    return path
+
+
+def cli(*args, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+def deterministic(records):
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
+
+
+def final_params(workdir: Path, config: Config):
+    state, step = Checkpoints(workdir / "ckpt").restore(init_state(config))
+    return state.params, step
+
+
+def wait_for_step(workdir: Path, step: int, process: subprocess.Popen, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        records = read_metrics(workdir / "metrics.jsonl")
+        if records and records[-1]["step"] >= step:
+            return
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        time.sleep(0.05)
+    raise TimeoutError(f"no step {step} in {workdir}")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    experiment = write_experiment(root / "exp.py")
+    process = cli("train", str(experiment), "--workdir", str(root / "run"), "--no-progress")
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-2000:]
+    return experiment, root / "run"
+
+
+def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path):
+    experiment, reference = uninterrupted
+    workdir = tmp_path / "run"
+    args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
+    process = cli(*args)
+    wait_for_step(workdir, 60, process)            # past one checkpoint, between saves
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL        # killed mid-run, not finished
+    assert not (workdir / "summary.json").exists()
+    resumed = cli(*args)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-2000:]
+    config = tiny()
+    assert deterministic(read_metrics(workdir / "metrics.jsonl")) == deterministic(
+        read_metrics(reference / "metrics.jsonl"))
+    params, step = final_params(workdir, config)
+    expected, expected_step = final_params(reference, config)
+    assert step == expected_step == 200
+    chex.assert_trees_all_equal(params, expected)     # bit-identical
+
+
+def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path):
+    experiment, reference = uninterrupted
+    workdir = tmp_path / "run"
+    args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
+    process = cli(*args)
+    wait_for_step(workdir, 60, process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    assert "stopped at step" in out
+    stopped = int(out.split("stopped at step")[1].split(";")[0])
+    assert 60 <= stopped < 200 and Checkpoints(workdir / "ckpt").steps()[-1] == stopped
+    resumed = cli(*args)
+    resumed.communicate(timeout=600)
+    params, _ = final_params(workdir, tiny())
+    chex.assert_trees_all_equal(params, final_params(reference, tiny())[0])
+
+
+def test_corrupted_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path, capsys):
+    import shutil
+    _, reference = uninterrupted
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(reference / "ckpt", ckpt)
+    steps = Checkpoints(ckpt).steps()
+    latest = ckpt / str(steps[-1]) / "state"
+    for f in latest.rglob("*"):
+        if f.is_file() and f.stat().st_size > 100 and "metadata" not in f.name.lower():
+            f.write_bytes(b"\0" * f.stat().st_size)   # same size, garbage content
+    state, step = Checkpoints(ckpt).restore(init_state(tiny()))
+    assert step == steps[-2]
+    assert "unusable" in capsys.readouterr().err
+
+
+def test_rerun_of_a_finished_run_returns_its_summary(uninterrupted):
+    experiment, reference = uninterrupted
+    before = (reference / "metrics.jsonl").read_text()
+    summary = train(tiny(), reference, progress=False)
+    assert summary["status"] == "finished" and summary["step"] == 200
+    assert (reference / "metrics.jsonl").read_text() == before
+
+
+def test_another_config_in_the_same_workdir_is_refused(uninterrupted):
+    _, reference = uninterrupted
+    with pytest.raises(ValueError, match=r"model.d_model: 32 -> 64"):
+        train(tiny(**{"model.d_model": 64}), reference, progress=False)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["model.attention.num_head=4"], "num_head"),
+    (["model.d_model=abc"], "model.d_model must be int"),
+    (["data.task=text", "data.path=/no/such/file.txt", "model.vocab_size=256",
+      "data.vocab_size=256"], "data.path"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, extra, message):
+    experiment = write_experiment(tmp_path / "exp.py")
+    workdir = tmp_path / "run"
+    process = cli("train", str(experiment), *extra, "--workdir", str(workdir))
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not workdir.exists()
+
+
+def test_unwritable_workdir_is_one_line(tmp_path):
+    experiment = write_experiment(tmp_path / "exp.py")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    process = cli("train", str(experiment), "--workdir", str(blocker / "run"))
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 2 and "not writable" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_eval_and_generate_commands(uninterrupted):
+    _, reference = uninterrupted
+    process = cli("eval", str(reference), "--lengths", "32", "64")
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    results = json.loads((reference / "eval.json").read_text())["results"]
+    assert set(results) == {"32", "64"} and all(np.isfinite(r["loss"]) for r in results.values())
+    process = cli("generate", str(reference), "--prompt", "hi")
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 2 and "data.task='text'" in err
