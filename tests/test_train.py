@@ -1,6 +1,7 @@
 """Training: exact accumulation, skipped non-finite updates, dispatch grouping, device-count
 equivalence, SIGKILL/SIGTERM resume, checkpoint corruption, run-directory rules."""
 
+import functools
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from attnjax.train.state import init_state
 from attnjax.train.step import make_train_step
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"model.d_model": 32, "model.num_layers": 2, "model.max_length": 32,
+TINY = {"model.d_model": 32, "model.num_layers": 1, "model.max_length": 32,
         "model.attention.num_heads": 4, "data.task": "mqar", "data.length": 32,
         "data.num_pairs": 4, "data.vocab_size": 64, "model.vocab_size": 64,
         "train.batch_size": 8, "train.steps": 200, "train.warmup_steps": 5, "train.log_every": 5,
@@ -36,9 +37,13 @@ def tiny(**overrides) -> Config:
     return apply_overrides(Config(), {**TINY, **overrides})
 
 
+@functools.lru_cache(maxsize=None)
+def compiled_step(config):
+    return jax.jit(make_train_step(config))
+
+
 def one_step(config, batch):
-    step = jax.jit(make_train_step(config))
-    return step(init_state(config), batch)
+    return compiled_step(config)(init_state(config), batch)
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -64,7 +69,7 @@ def test_non_finite_update_is_skipped_and_counted():
     batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
     batch = {**batch, "weights": batch["weights"].at[0, 0].set(jnp.nan)}
     state = init_state(config)
-    new_state, metrics = jax.jit(make_train_step(config))(state, batch)
+    new_state, metrics = compiled_step(config)(state, batch)
     assert int(new_state.skipped) == 1 and int(new_state.step) == 1
     assert not np.isfinite(metrics["loss"])
     chex.assert_trees_all_equal(new_state.params, state.params)
@@ -136,9 +141,17 @@ def write_experiment(path: Path, **overrides) -> Path:
     return path
 
 
+COMPILE_CACHE = REPO / ".pytest_cache" / "jax-compilation-cache"
+
+
 def cli(*args, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+    """``attnjax ARGS`` in a subprocess. The runs share JAX's persistent compilation cache, so
+    only the first one compiles (a resumed run then loads the very same executables)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
@@ -147,7 +160,9 @@ def deterministic(records):
 
 
 def final_params(workdir: Path, config: Config):
-    state, step = Checkpoints(workdir / "ckpt").restore(init_state(config))
+    checkpoints = Checkpoints(workdir / "ckpt")
+    state, step = checkpoints.restore(init_state(config))
+    checkpoints.close()
     return state.params, step
 
 
@@ -204,7 +219,9 @@ def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path):
     assert process.returncode == 0, err[-2000:]
     assert "stopped at step" in out
     stopped = int(out.split("stopped at step")[1].split(";")[0])
-    assert 60 <= stopped < 200 and Checkpoints(workdir / "ckpt").steps()[-1] == stopped
+    listing = Checkpoints(workdir / "ckpt")
+    assert 60 <= stopped < 200 and listing.steps()[-1] == stopped
+    listing.close()
     resumed = cli(*args)
     resumed.communicate(timeout=600)
     params, _ = final_params(workdir, tiny())
@@ -216,12 +233,16 @@ def test_corrupted_latest_checkpoint_falls_back_to_the_previous(uninterrupted, t
     _, reference = uninterrupted
     ckpt = tmp_path / "ckpt"
     shutil.copytree(reference / "ckpt", ckpt)
-    steps = Checkpoints(ckpt).steps()
+    listing = Checkpoints(ckpt)
+    steps = listing.steps()
+    listing.close()
     latest = ckpt / str(steps[-1]) / "state"
     for f in latest.rglob("*"):
         if f.is_file() and f.stat().st_size > 100 and "metadata" not in f.name.lower():
             f.write_bytes(b"\0" * f.stat().st_size)   # same size, garbage content
-    state, step = Checkpoints(ckpt).restore(init_state(tiny()))
+    checkpoints = Checkpoints(ckpt)
+    state, step = checkpoints.restore(init_state(tiny()))
+    checkpoints.close()
     assert step == steps[-2]
     assert "unusable" in capsys.readouterr().err
 
