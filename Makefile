@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo info bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: $(STAMP)
+	$(BIN)/attnjax train experiments/baseline.py --workdir runs/demo
+
+info: $(STAMP)
 	$(BIN)/attnjax info
 
 bench: $(STAMP)

@@ -322,7 +322,7 @@ PLACEMENTS = ["probs_shared", "probs_per_head", "output"]
 
 
 @pytest.fixture(scope="module")
-def dropout_setup():
+def rope_setup():
     with jax.disable_jit():
         tokens = tokens_of(T_FULL)
         base = tiny("rope")
@@ -331,15 +331,15 @@ def dropout_setup():
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
-def test_dropout_deterministic_is_identity(dropout_setup, placement):
-    tokens, params, base_logits = dropout_setup
+def test_dropout_deterministic_is_identity(rope_setup, placement):
+    tokens, params, base_logits = rope_setup
     config = tiny("rope", dropout=placement, dropout_rate=0.25)
     chex.assert_trees_all_equal(logits_of(config, params, tokens, deterministic=True),
                                 base_logits)
 
 
-def test_dropout_placements_stochastic(dropout_setup):
-    tokens, params, base_logits = dropout_setup
+def test_dropout_placements_stochastic(rope_setup):
+    tokens, params, base_logits = rope_setup
     rng, other = jax.random.key(11), jax.random.key(12)
     results = {}
     for placement in PLACEMENTS:
@@ -363,17 +363,10 @@ def test_dropout_placements_stochastic(dropout_setup):
 # ------------------------------------------------------------------ 6. scale policies
 
 
-@pytest.fixture(scope="module")
-def scale_setup():
-    with jax.disable_jit():
-        tokens = tokens_of(T_FULL)
-        base = tiny("rope")
-        params = init_params(base, tokens)
-        return tokens, params, logits_of(base, params, tokens)
 
 
-def test_scale_inv_d_equals_constant(scale_setup):
-    tokens, params, _ = scale_setup
+def test_scale_inv_d_equals_constant(rope_setup):
+    tokens, params, _ = rope_setup
     inv_d = logits_of(tiny("rope", scale="inv_d"), params, tokens)
     constant = logits_of(tiny("rope", scale="constant", scale_multiplier=1.0 / HEAD_DIM),
                          params, tokens)
@@ -385,8 +378,8 @@ def test_scale_inv_d_equals_constant(scale_setup):
     assert max_abs_diff(inv_d, inv_d_half) > 1e-5
 
 
-def test_scale_learned_initialises_to_inv_sqrt_d(scale_setup):
-    tokens, params, base_logits = scale_setup
+def test_scale_learned_initialises_to_inv_sqrt_d(rope_setup):
+    tokens, params, base_logits = rope_setup
     config = tiny("rope", scale="learned")
     learned_params = init_params(config, tokens)
     for i in range(LAYERS):
@@ -406,8 +399,8 @@ def test_scale_learned_initialises_to_inv_sqrt_d(scale_setup):
     chex.assert_trees_all_close(logits_of(config, with_learned, tokens), base_logits, **TOL)
 
 
-def test_scale_multiplier(scale_setup):
-    tokens, params, base_logits = scale_setup
+def test_scale_multiplier(rope_setup):
+    tokens, params, base_logits = rope_setup
     doubled = logits_of(tiny("rope", scale_multiplier=2.0), params, tokens)
     assert max_abs_diff(doubled, base_logits) > 1e-4
     constant = logits_of(tiny("rope", scale="constant",

@@ -298,3 +298,23 @@ def test_eval_and_generate_commands(uninterrupted):
     process = cli("generate", str(reference), "--prompt", "hi")
     out, err = process.communicate(timeout=300)
     assert process.returncode == 2 and "data.task='text'" in err
+
+
+def test_max_causal_logit_ignores_future_pairs():
+    from attnjax.nn.attention import max_causal_logit
+    q = jnp.zeros((1, 3, 2, 4)).at[0, 0, :, 0].set(1.0).at[0, 2, :, 0].set(2.0)
+    k = jnp.zeros((1, 3, 1, 4)).at[0, 2, 0, 0].set(10.0).at[0, 1, 0, 0].set(3.0)
+    # causal pairs: (0,0)=0, (1,*)=0, (2,0)=0, (2,1)=2*3, (2,2)=2*10 -> 20 * scale
+    np.testing.assert_allclose(max_causal_logit(q, k, 0.5), 10.0)
+    # the future pair (0, 2) = 10 would be the max if it were not excluded
+    np.testing.assert_allclose(max_causal_logit(q[:, :1], k[:, :1], 0.5), 0.0)
+
+
+def test_metrics_log_has_the_promised_fields(uninterrupted):
+    _, reference = uninterrupted
+    records = read_metrics(reference / "metrics.jsonl")
+    fields = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "max_attn_logit", "skipped",
+              "val_loss", "val_accuracy"}
+    assert fields <= set().union(*records)
+    assert [r["step"] for r in records] == list(range(5, 201, 5))
+    assert all(np.isfinite(r["max_attn_logit"]) for r in records)

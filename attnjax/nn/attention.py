@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
 from attnjax.ops import dot_product_attention
+from attnjax.ops.attention import scaled_logits
 from attnjax.registry import KERNELS, POSITIONS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
@@ -31,6 +32,17 @@ def base_scale(policy: str, head_dim: int, multiplier: float) -> float:
                          "constant": 1.0}[policy]
 
 
+def max_causal_logit(q: jax.Array, k: jax.Array, scale) -> jax.Array:
+    """Largest scaled score ``scale * q.k`` over causal pairs (before bias and soft-capping):
+    the attention-logit growth that precedes divergence (Wortsman et al. 2023)."""
+    B, T, N, H = q.shape
+    K = k.shape[2]
+    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,)).reshape(K, N // K)
+    logits = scaled_logits(q.reshape(B, T, K, N // K, H), k, scale, None)
+    causal = jnp.tril(jnp.ones((T, T), bool))
+    return jnp.where(causal, logits, -jnp.inf).max()
+
+
 class MultiHeadAttention(nn.Module):
     """Causal multi-head self-attention of a decoder.
 
@@ -39,7 +51,8 @@ class MultiHeadAttention(nn.Module):
     and the queries attend to everything cached so far. With ``return_weights=True`` the
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
-    which computes the same function.
+    which computes the same function. When applied with ``mutable=["intermediates"]`` it also
+    sows ``max_logit`` (see ``max_causal_logit``) for diagnostics.
     """
     config: ModelConfig
 
@@ -73,6 +86,8 @@ class MultiHeadAttention(nn.Module):
             scale = jnp.exp(log_scale)
         else:
             scale = base_scale(att.scale, H, att.scale_multiplier)
+        if self.is_mutable_collection("intermediates") and not decode:
+            self.sow("intermediates", "max_logit", max_causal_logit(q, k, scale))
         sink = None
         if att.sink == "learned":
             sink = self.param("sink", nn.initializers.zeros, (N,))

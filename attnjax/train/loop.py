@@ -25,7 +25,7 @@ from attnjax.train.checkpoint import Checkpoints
 from attnjax.train.logging import MetricsWriter, Progress
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
-from attnjax.train.step import make_eval_step
+from attnjax.train.step import make_diagnostics, make_eval_step
 
 
 def write_json_atomic(path: Path, data: dict):
@@ -96,6 +96,21 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
 def _compiled_eval_step(config: Config):
     """One jitted eval step per config, so periodic evaluations do not recompile."""
     return jax.jit(make_eval_step(config))
+
+
+DIAGNOSTIC_EXAMPLES = 4
+
+
+def _diagnose(config: Config, params, dataset: Dataset, step: int) -> dict:
+    """Diagnostics on the first examples of the batch of ``step`` (regenerated, not stored)."""
+    batch = dataset.batch(config.seed, step, config.train.batch_size, config.data.length, "train")
+    batch = jax.tree_util.tree_map(lambda x: x[:DIAGNOSTIC_EXAMPLES], batch)
+    return {k: float(v) for k, v in _compiled_diagnostics(config)(params, batch).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_diagnostics(config: Config):
+    return jax.jit(make_diagnostics(config))
 
 
 class _StopFlag:
@@ -170,6 +185,7 @@ def train(config: Config, workdir: str | Path, *, devices=None, progress: bool =
                     del record["attention_entropy"]
                 if interval_steps:
                     record["tokens_per_s"] = interval_steps * tokens_per_step / interval_seconds
+                record.update(_diagnose(config, runner.unplace(state).params, dataset, step - 1))
                 train_seconds += interval_seconds
                 timed_steps += interval_steps
                 interval_seconds, interval_steps = 0.0, 0

@@ -112,3 +112,18 @@ def make_eval_step(config: Config) -> Callable:
         return token_sums(logits, batch)
 
     return eval_step
+
+
+def make_diagnostics(config: Config) -> Callable:
+    """``diagnostics(params, batch) -> {"max_attn_logit"}``: the largest causal attention logit
+    over all layers and heads (sown by the attention modules)."""
+    model = DecoderLM(config.model)
+
+    def diagnostics(params, batch):
+        _, variables = model.apply({"params": params}, batch["inputs"],
+                                   mutable=["intermediates"])
+        found = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(variables)
+                 if "max_logit" in jax.tree_util.keystr(path)]
+        return {"max_attn_logit": jnp.max(jnp.stack(found))}
+
+    return diagnostics
