@@ -310,10 +310,13 @@ def test_return_weights():
     np.testing.assert_allclose(np.asarray(weights[0])[:, :, 0, 0], 1.0, rtol=1e-6)
     # Asking for the weights does not change the logits.
     chex.assert_trees_all_close(logits, logits_of(config, params, tokens), **TOL)
-    # Without return_weights, aux is empty and nothing is sown.
+    # Without return_weights, aux is empty and no weights are sown (only the max-logit
+    # diagnostic, one scalar per layer).
     (_, aux), state = DecoderLM(config).apply({"params": params}, tokens,
                                               mutable=["intermediates"])
-    assert aux == {} and not state.get("intermediates")
+    assert aux == {}
+    for i in range(config.num_layers):
+        assert set(state["intermediates"][f"block_{i}"]["attention"]) == {"max_logit"}
 
 
 # ------------------------------------------------------------------ 5. dropout placements
