@@ -318,6 +318,7 @@ def test_metrics_log_has_the_promised_fields(uninterrupted):
     assert fields <= set().union(*records)
     assert [r["step"] for r in records] == list(range(5, 201, 5))
     assert all(np.isfinite(r["max_attn_logit"]) for r in records)
+    assert list((reference / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_greedy_sampling_with_the_cache_equals_full_forward_argmax():
