@@ -349,3 +349,16 @@ def test_bfloat16_compute_keeps_float32_parameters():
     _, full = one_step(tiny(), batch)
     # same parameters at step 0: bf16 compute changes the loss by bf16 rounding only
     np.testing.assert_allclose(metrics["loss"], full["loss"], rtol=2e-2)
+
+
+def test_killed_between_last_checkpoint_and_summary_finishes_on_rerun(uninterrupted, tmp_path):
+    import shutil
+    _, reference = uninterrupted
+    workdir = tmp_path / "run"
+    shutil.copytree(reference, workdir)
+    expected = json.loads((workdir / "summary.json").read_text())
+    (workdir / "summary.json").unlink()
+    summary = train(tiny(), workdir, progress=False)
+    assert summary["status"] == "finished" and summary["step"] == 200
+    assert summary["train_loss"] == expected["train_loss"]
+    assert summary["eval"] == expected["eval"]

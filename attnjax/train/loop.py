@@ -22,7 +22,7 @@ import numpy as np
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.data import Dataset
 from attnjax.train.checkpoint import Checkpoints
-from attnjax.train.logging import MetricsWriter, Progress
+from attnjax.train.logging import MetricsWriter, Progress, read_metrics
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
@@ -207,9 +207,12 @@ def train(config: Config, workdir: str | Path, *, devices=None, progress: bool =
         checkpoints.close()
         return {"status": "interrupted", "step": step}
     final = results or evaluate(config, runner.unplace(state).params, dataset)
+    # a run killed after its last checkpoint but before its summary logs nothing when rerun
+    logged = read_metrics(workdir / "metrics.jsonl")
     summary = {
         "status": "finished", "step": step, "skipped_updates": int(runner.unplace(state).skipped),
-        "train_loss": record.get("loss"), "best_step": checkpoints.best_step(),
+        "train_loss": record.get("loss", logged[-1]["loss"] if logged else None),
+        "best_step": checkpoints.best_step(),
         "tokens_per_s": timed_steps * tokens_per_step / train_seconds if train_seconds else None,
         "eval": {str(length): r for length, r in final.items()},
     }
@@ -227,7 +230,8 @@ def format_summary(summary: dict) -> str:
              f"best checkpoint: step {summary['best_step']})"]
     if summary.get("tokens_per_s"):
         lines.append(f"throughput after compilation: {summary['tokens_per_s']:,.0f} tokens/s")
-    lines.append(f"final train loss: {summary['train_loss']:.4f}")
+    if summary.get("train_loss") is not None:
+        lines.append(f"final train loss: {summary['train_loss']:.4f}")
     lines.append(f"{'eval length':>12} {'val loss':>10} {'accuracy':>10}")
     for length, r in summary["eval"].items():
         lines.append(f"{length:>12} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
