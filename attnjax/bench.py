@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from attnjax.ops import dot_product_attention

@@ -16,13 +16,6 @@ from typing import Any, Literal
 
 from attnjax.registry import KERNELS, POSITIONS
 
-MLP_KINDS = ("gelu", "swiglu")
-
-
-def _choices(hint) -> tuple | None:
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
-
-
 def _check_value(path: str, hint, value):
     """Return ``value`` converted to ``hint`` (int -> float only) or raise naming ``path``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)

@@ -7,7 +7,7 @@ one function plus one ``register`` call; the registry-wide tests pick it up with
 
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -38,9 +38,6 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
 
     def items(self):
         return self._entries.items()

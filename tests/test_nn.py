@@ -7,7 +7,6 @@ the same shapes, so eager op compilations are shared between tests.
 """
 
 import dataclasses
-import functools
 import math
 
 import chex

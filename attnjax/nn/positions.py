@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
@@ -106,8 +105,3 @@ POSITIONS.register("learned", PositionEncoding(embed=_learned_embed))
 POSITIONS.register("rope", PositionEncoding(rotate=_rope_rotate, check=_check_rope))
 POSITIONS.register("alibi", PositionEncoding(bias=_alibi_bias))
 POSITIONS.register("t5", PositionEncoding(bias=_t5_bias))
-
-
-def positions_for(tokens: jax.Array, offset=0) -> jax.Array:
-    """Default positions ``[1, T]`` = ``offset + arange(T)``."""
-    return (offset + jnp.arange(tokens.shape[1]))[None, :]
