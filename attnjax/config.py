@@ -79,7 +79,8 @@ class AttentionConfig(_Validated):
     block_k: int = 512
     fused_qkv: bool = True
     use_bias: bool = False
-    qk_norm: Literal["none", "rms", "layer"] = "none"
+    qk_norm: Literal["none", "rms", "layer", "kappa"] = "none"   # kappa: fixed RMS sqrt(qk_kappa)
+    qk_kappa: float = 1.0
     scale: Literal["inv_sqrt_d", "inv_d", "constant", "learned"] = "inv_sqrt_d"
     scale_multiplier: float = 1.0              # logits *= multiplier * policy (constant: multiplier)
     logit_soft_cap: float | None = None
@@ -102,6 +103,8 @@ class AttentionConfig(_Validated):
         if self.dropout != "none" and self.dropout_rate == 0.0:
             self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
                        "dropout='none'")
+        if self.qk_kappa <= 0:
+            self._fail("qk_kappa", f"must be > 0, got {self.qk_kappa}")
         if self.logit_soft_cap is not None and self.logit_soft_cap <= 0:
             self._fail("logit_soft_cap", f"must be > 0, got {self.logit_soft_cap}")
         if self.window is not None and self.window < 1:

@@ -20,10 +20,34 @@ import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
 from attnjax.ops import dot_product_attention
-from attnjax.ops.attention import scaled_logits
+from attnjax.ops.attention import rate_active, scaled_logits
 from attnjax.registry import KERNELS, POSITIONS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
+
+
+class Dropout(nn.Module):
+    """Inverted dropout ``where(keep, x / (1 - rate), 0)``, ``keep ~ Bernoulli(1 - rate)``.
+
+    ``flax.linen.Dropout`` with the same masks for the same rng, except that ``rate`` may be
+    traced (a hyperparameter a vmapped sweep varies), so it never branches on its value.
+    """
+    rate: float
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool):
+        if deterministic or not rate_active(self.rate):
+            return x
+        keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - self.rate, x.shape)
+        return jax.lax.select(keep, (x / (1.0 - self.rate)).astype(x.dtype), jnp.zeros_like(x))
+
+
+def normalize_rms(x: jax.Array, kappa) -> jax.Array:
+    """``sqrt(kappa) * x / rms(x)`` over the last axis: q and k with RMS ``sqrt(kappa)``, so
+    ``q.k`` is at most ``kappa * head_dim``; no learned gain (Wortsman et al. 2023 probe)."""
+    x32 = x.astype(jnp.float32)
+    rms = jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+    return (jnp.sqrt(kappa) * x32 / rms).astype(x.dtype)
 
 
 def base_scale(policy: str, head_dim: int, multiplier: float) -> float:
@@ -68,7 +92,9 @@ class MultiHeadAttention(nn.Module):
             q, k, v = jnp.split(dense((N + 2 * K, H), "qkv")(x), [N, N + K], axis=2)
         else:
             q, k, v = dense((N, H), "query")(x), dense((K, H), "key")(x), dense((K, H), "value")(x)
-        if att.qk_norm != "none":
+        if att.qk_norm == "kappa":
+            q, k = normalize_rms(q, att.qk_kappa), normalize_rms(k, att.qk_kappa)
+        elif att.qk_norm != "none":
             q = NORMS[att.qk_norm](dtype=dtype, name="query_norm")(q)
             k = NORMS[att.qk_norm](dtype=dtype, name="key_norm")(k)
         position = POSITIONS.get(cfg.position.kind)
@@ -93,7 +119,7 @@ class MultiHeadAttention(nn.Module):
             sink = self.param("sink", nn.initializers.zeros, (N,))
         elif att.sink == "plus_one":
             sink = 0.0
-        dropout_rate = 0.0 if deterministic or not att.dropout.startswith("probs") else att.dropout_rate
+        probs_dropout = not deterministic and att.dropout.startswith("probs")
         kernel, spec = att.kernel, KERNELS.get(att.kernel)
         if return_weights and "return_weights" not in spec.supports:
             if not spec.exact:
@@ -103,8 +129,9 @@ class MultiHeadAttention(nn.Module):
         result = dot_product_attention(
             q, k, v, bias, scale=scale, is_causal=True,
             local_window_size=None if att.window is None else (att.window - 1, 0),
-            logit_soft_cap=att.logit_soft_cap, sink=sink, dropout_rate=dropout_rate,
-            dropout_rng=self.make_rng("dropout") if dropout_rate else None,
+            logit_soft_cap=att.logit_soft_cap, sink=sink,
+            dropout_rate=att.dropout_rate if probs_dropout else 0.0,
+            dropout_rng=self.make_rng("dropout") if probs_dropout else None,
             dropout_shared_across_heads=att.dropout == "probs_shared",
             return_weights=return_weights, implementation=kernel,
             **({"block_q": att.block_q, "block_k": att.block_k} if kernel == "chunked" else {}),
@@ -115,7 +142,7 @@ class MultiHeadAttention(nn.Module):
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias, dtype=dtype,
                               name="out")(out)
         if att.dropout == "output":
-            out = nn.Dropout(att.dropout_rate)(out, deterministic=deterministic)
+            out = Dropout(att.dropout_rate)(out, deterministic=deterministic)
         return out, weights
 
     def _update_cache(self, k, v, positions):

@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
-from attnjax.nn.attention import NORMS, MultiHeadAttention
+from attnjax.nn.attention import NORMS, Dropout, MultiHeadAttention
 from attnjax.registry import POSITIONS
 
 
@@ -45,7 +45,7 @@ class Block(nn.Module):
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False):
         cfg = self.config
         norm = lambda name: NORMS[cfg.norm](dtype=jnp.dtype(cfg.dtype), name=name)
-        drop = lambda y: nn.Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
+        drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         attention = MultiHeadAttention(cfg, name="attention")
         mlp = FeedForward(cfg, name="mlp")
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
@@ -88,7 +88,7 @@ class DecoderLM(nn.Module):
         position = POSITIONS.get(cfg.position.kind)
         if position.embed is not None:
             x = x + position.embed(self, positions, cfg).astype(dtype)
-        x = nn.Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
+        x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         weights = []
         for i in range(cfg.num_layers):
             x, w = Block(cfg, name=f"block_{i}")(x, positions, deterministic=deterministic,

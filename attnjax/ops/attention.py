@@ -70,6 +70,19 @@ class Dropout(NamedTuple):
     shared_across_heads: bool = False
 
 
+def rate_active(rate) -> bool:
+    """True unless ``rate`` is a concrete zero. A traced rate (a hyperparameter vmapped over,
+    see ``attnjax.sweep.hyper``) counts as active: the computation cannot branch on it."""
+    return isinstance(rate, jax.core.Tracer) or rate > 0
+
+
+def _keep_threshold(rate) -> jax.Array:
+    """``round(rate * 2^32)`` as uint32: exact for a Python float, float32 for a traced one."""
+    if isinstance(rate, jax.core.Tracer):
+        return jnp.minimum(jnp.round(rate * 2.0**32), 4294967040.0).astype(jnp.uint32)
+    return jnp.uint32(min(int(round(rate * 2.0**32)), 2**32 - 1))
+
+
 def _mix32(h: jax.Array) -> jax.Array:
     """A bijective 32-bit integer hash (the "lowbias32" finaliser by C. Wellons)."""
     h = h ^ (h >> 16)
@@ -90,8 +103,7 @@ def dropout_keep(dropout: Dropout, batch_idx, head_idx, q_idx, k_idx) -> jax.Arr
         head_idx = jnp.zeros_like(head_idx)
     for index in (batch_idx, head_idx, q_idx, k_idx):
         h = _mix32(h ^ jnp.asarray(index).astype(jnp.uint32))
-    threshold = min(int(round(dropout.rate * 2.0**32)), 2**32 - 1)
-    return h >= jnp.uint32(threshold)
+    return h >= _keep_threshold(dropout.rate)
 
 
 def scaled_logits(q: jax.Array, k: jax.Array, scale: jax.Array,
@@ -186,7 +198,7 @@ def requested_options(*, bias=None, mask=None, positions=False, window=None,
         "segment": segment, "padding": padding,
         "per_head_scale": scale is not None and np.ndim(scale) > 0,
         "softcap": logit_soft_cap is not None, "sink": sink is not None,
-        "dropout": dropout_rate > 0, "return_weights": return_weights,
+        "dropout": rate_active(dropout_rate), "return_weights": return_weights,
         "cross_attention": cross_attention,
     }
     return frozenset(name for name, on in asked.items() if on)
@@ -258,9 +270,9 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     if key.shape[0] != B or N % K:
         raise ValueError(f"query heads ({N}) must be a multiple of kv heads ({K}) and batch "
                          f"sizes must agree (query {B}, key {key.shape[0]})")
-    if dropout_rate and dropout_rng is None:
+    if rate_active(dropout_rate) and dropout_rng is None:
         raise ValueError("dropout_rate > 0 needs dropout_rng")
-    if not 0.0 <= dropout_rate < 1.0:
+    if not isinstance(dropout_rate, jax.core.Tracer) and not 0.0 <= dropout_rate < 1.0:
         raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
     if isinstance(local_window_size, int):
         local_window_size = (local_window_size, local_window_size)
@@ -291,7 +303,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
         kv_segment_ids=None if segment_ids is None else segment_ids[1],
         q_positions=query_positions, kv_positions=key_positions)
     dropout = (Dropout(dropout_rate, dropout_rng, dropout_shared_across_heads)
-               if dropout_rate > 0 else None)
+               if rate_active(dropout_rate) else None)
     return spec.fn(query, key, value, bias=_as_4d(bias, "bias"), mask=mask_spec, scale=scale,
                    logit_soft_cap=logit_soft_cap, sink=sink, dropout=dropout,
                    return_weights=return_weights, **kernel_options)
