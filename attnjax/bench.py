@@ -97,17 +97,19 @@ def model_flops_per_token(config) -> float:
 
 def train_throughput(config, steps: int = 50) -> dict:
     """Tokens/s of the compiled training loop (after one warm-up dispatch)."""
-    from attnjax.data import Dataset
+    from attnjax.data import load_dataset
+    from attnjax.train import hyper
     from attnjax.train.parallel import Runner
     from attnjax.train.state import init_state
-    runner = Runner(config, Dataset(config.data))
+    runner = Runner(config, load_dataset(config.data))
+    values = hyper.as_arrays([config], stacked=False)
     state = runner.place(init_state(config))
-    state, _ = runner.run(state)
+    state, _ = runner.run(state, values)
     jax.block_until_ready(state)
     calls = max(steps // runner.steps_per_call, 1)
     start = time.perf_counter()
     for _ in range(calls):
-        state, metrics = runner.run(state)
+        state, metrics = runner.run(state, values)
     jax.block_until_ready(metrics)
     seconds = time.perf_counter() - start
     tokens = calls * runner.steps_per_call * config.train.batch_size * config.data.length

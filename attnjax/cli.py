@@ -1,4 +1,5 @@
-"""Command line: ``attnjax train | eval | generate | info | bench``. The only module that parses
+"""Command line: ``attnjax train | eval | generate | sweep | sweep-status | report | info |
+bench``. The only module that parses
 argv. Bad input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is
 one line on stderr and exit status 2, raised before anything compiles."""
 
@@ -79,6 +80,31 @@ def _generate(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from attnjax.sweep.launch import enable_compile_cache, run_sweep
+    enable_compile_cache()
+    record = run_sweep(args.experiment, args.workdir, launcher=args.launcher, jobs=args.jobs,
+                       overrides=args.overrides, progress=not args.no_progress,
+                       retry_failed=args.retry_failed)
+    from attnjax.analysis.report import sweep_status_table
+    print(sweep_status_table(args.workdir))
+    failed = [run["name"] for run in record["runs"] if run["status"] == "failed"]
+    print(f"next: attnjax report {args.workdir}")
+    return 1 if failed else 0
+
+
+def _sweep_status(args) -> int:
+    from attnjax.analysis.report import sweep_status_table
+    print(sweep_status_table(args.workdir))
+    return 0
+
+
+def _report(args) -> int:
+    from attnjax.analysis.report import write_report
+    print(write_report(args.workdir, args.out))
+    return 0
+
+
 def _bench(args) -> int:
     from attnjax import bench
     if args.what == "train":
@@ -115,6 +141,27 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     generate.set_defaults(run=_generate)
+    sweep = commands.add_parser("sweep", help="run every run of EXPERIMENT.py's get_sweep() "
+                                "into --workdir (rerun to resume)")
+    sweep.add_argument("experiment", help="experiments/<name>.py defining get_config() and "
+                       "get_sweep()")
+    sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                       help="overrides applied to every run, e.g. train.steps=100")
+    sweep.add_argument("--workdir", required=True)
+    sweep.add_argument("--launcher", choices=["sequential", "processes", "vmap"],
+                       default="sequential")
+    sweep.add_argument("--jobs", type=int, default=None, help="processes: worker processes "
+                       "(default 2); vmap: most runs in one vmapped program (default all)")
+    sweep.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sweep.set_defaults(run=_sweep)
+    status = commands.add_parser("sweep-status", help="one line per run of a sweep directory")
+    status.add_argument("workdir")
+    status.set_defaults(run=_sweep_status)
+    report = commands.add_parser("report", help="report.md, results.csv and plots of a sweep")
+    report.add_argument("workdir")
+    report.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
+    report.set_defaults(run=_report)
     info = commands.add_parser("info", help="registered kernels and position encodings, "
                                "and a parity table of the kernels")
     info.add_argument("--no-grads", action="store_true", help="parity of outputs only")

@@ -47,6 +47,10 @@ class Dataset:
             self._task = fn
             self.vocab_size = config.vocab_size
 
+    @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
+    def _device_batch(self, seed, step, batch_size: int, length: int, split: str) -> dict:
+        return self.sample(batch_key(seed, step, split), batch_size, length, split)
+
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
         """Jittable batch for on-device datasets. Synthetic tasks draw train and validation
         examples from the same distribution with independent keys."""
@@ -59,8 +63,14 @@ class Dataset:
     def batch(self, seed: int, step: int, batch_size: int, length: int, split: str) -> dict:
         """Batch ``step`` of ``split`` for run seed ``seed`` (host or device arrays)."""
         if self.on_device:
-            return self.sample(batch_key(seed, step, split), batch_size, length, split)
+            return self._device_batch(seed, step, batch_size, length, split)
         return self._source.sample_host([seed, SPLITS[split], step], batch_size, length, split)
+
+
+@functools.lru_cache(maxsize=4)
+def load_dataset(config: DataConfig) -> Dataset:
+    """The ``Dataset`` of a data config, built once per process (a sweep reads its corpus once)."""
+    return Dataset(config)
 
 
 def accuracy(logits: jax.Array, batch: dict) -> jax.Array:

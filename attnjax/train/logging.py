@@ -8,6 +8,7 @@ is dropped), so a resumed run's file equals an uninterrupted run's.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class MetricsWriter:
         kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         from tensorboardX import SummaryWriter
+        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)  # NaN: metrics.jsonl has it
         self.tensorboard = SummaryWriter(str(workdir / "tensorboard"), purge_step=resume_step + 1)
 
     def write(self, step: int, record: dict):

@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import Config, from_dict, to_dict
-from attnjax.data import Dataset
+from attnjax.data import Dataset, load_dataset
+from attnjax.train import hyper
 from attnjax.train.checkpoint import Checkpoints
 from attnjax.train.logging import MetricsWriter, Progress, read_metrics
 from attnjax.train.parallel import Runner
@@ -77,40 +79,70 @@ def load_config(workdir: str | Path) -> Config:
 def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
     """Validation loss and accuracy at each length (default: the training length plus
     ``data.eval_lengths``), over ``train.eval_batches`` fixed batches."""
+    return _evaluate_group([config], params, dataset, lengths, group=None)[0]
+
+
+def _stack(trees: list):
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _per_run_batches(configs: list[Config], dataset: Dataset, step: int, size: int, length: int,
+                     split: str, group):
+    batches = [dataset.batch(c.seed, step, size, length, split) for c in configs]
+    return _stack(batches) if group else batches[0]
+
+
+def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, group) -> list:
+    """``evaluate`` for runs in lockstep (``params`` stacked when ``group``)."""
+    config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
-    step = _compiled_eval_step(config)
-    results = {}
+    step = _compiled_eval_step(hyper.structure(config), group)
+    values = hyper.as_arrays(configs, stacked=bool(group))
+    results = [{} for _ in configs]
     for length in lengths:
-        totals = {"ce": 0.0, "correct": 0.0, "weight": 0.0}
+        totals = np.zeros((len(configs), 3))
         for i in range(config.train.eval_batches):
-            batch = dataset.batch(config.seed, i, config.train.eval_batch_size, length, "val")
-            sums = jax.device_get(step(params, batch))
-            for key in totals:
-                totals[key] += float(sums[key])
-        weight = max(totals["weight"], 1.0)
-        results[length] = {"loss": totals["ce"] / weight, "accuracy": totals["correct"] / weight}
+            batch = _per_run_batches(configs, dataset, i, config.train.eval_batch_size, length,
+                                     "val", group)
+            sums = jax.device_get(step(values, params, batch))
+            totals += np.stack([np.atleast_1d(sums[k]) for k in ("ce", "correct", "weight")], 1)
+        for r, (ce, correct, weight) in enumerate(totals):
+            weight = max(weight, 1.0)
+            results[r][length] = {"loss": float(ce / weight), "accuracy": float(correct / weight)}
     return results
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled_eval_step(config: Config):
-    """One jitted eval step per config, so periodic evaluations do not recompile."""
-    return jax.jit(make_eval_step(config))
+def _with_values(make_fn, structure: Config, group):
+    """``make_fn(config)`` as a jitted ``fn(values, *args)`` over the structure, vmapped over
+    runs when ``group``."""
+    def fn(values, *args):
+        return make_fn(hyper.inject(structure, values))(*args)
+    return jax.jit(jax.vmap(fn) if group else fn)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_eval_step(structure: Config, group):
+    """One jitted eval step per structure, so evaluations do not recompile."""
+    return _with_values(make_eval_step, structure, group)
 
 
 DIAGNOSTIC_EXAMPLES = 4
 
 
-def _diagnose(config: Config, params, dataset: Dataset, step: int) -> dict:
+def _diagnose(configs: list[Config], params, dataset: Dataset, step: int, group) -> list:
     """Diagnostics on the first examples of the batch of ``step`` (regenerated, not stored)."""
-    batch = dataset.batch(config.seed, step, config.train.batch_size, config.data.length, "train")
-    batch = jax.tree_util.tree_map(lambda x: x[:DIAGNOSTIC_EXAMPLES], batch)
-    return {k: float(v) for k, v in _compiled_diagnostics(config)(params, batch).items()}
+    config = configs[0]
+    batch = _per_run_batches(configs, dataset, step, config.train.batch_size, config.data.length,
+                             "train", group)
+    batch = jax.tree_util.tree_map(lambda x: x[..., :DIAGNOSTIC_EXAMPLES, :], batch)
+    fn = _compiled_diagnostics(hyper.structure(config), group)
+    out = jax.device_get(fn(hyper.as_arrays(configs, stacked=bool(group)), params, batch))
+    return [{k: float(np.atleast_1d(v)[r]) for k, v in out.items()} for r in range(len(configs))]
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled_diagnostics(config: Config):
-    return jax.jit(make_diagnostics(config))
+@functools.lru_cache(maxsize=16)
+def _compiled_diagnostics(structure: Config, group):
+    return _with_values(make_diagnostics, structure, group)
 
 
 class _StopFlag:
@@ -143,32 +175,80 @@ def _eval_record(results: dict, train_length: int) -> dict:
 
 def train(config: Config, workdir: str | Path, *, devices=None, progress: bool = True) -> dict:
     """Train (or resume, or return the finished run's summary). Returns the summary dict."""
-    dataset = Dataset(config.data)          # bad data or devices fail before anything is written
-    runner = Runner(config, dataset, devices)
-    workdir = prepare_workdir(workdir, config)
-    summary_path = workdir / "summary.json"
-    if summary_path.exists():
-        return json.loads(summary_path.read_text())
-    cfg = config.train
-    checkpoints = Checkpoints(workdir / "ckpt", cfg.keep_best)
-    state = runner.place(init_state(config))
-    restored, start = checkpoints.restore(runner.unplace(state))
-    if restored is not None:
-        state = runner.place(restored)
-    start = start or 0
-    writer = MetricsWriter(workdir, start)
+    return train_group([config], [workdir], devices=devices, progress=progress)[0]
+
+
+def train_group(configs: list[Config], workdirs: list, *, devices=None,
+                progress: bool = True) -> list[dict]:
+    """Train runs of one structure (``hyper.structure``) in lockstep as one vmapped program;
+    each run's directory ends up as if it had been trained alone by ``train``. Finished runs
+    return their summary; runs resuming from different steps are trained as separate groups."""
+    configs, workdirs = list(configs), [Path(w) for w in workdirs]
+    if len({hyper.structure(c) for c in configs}) > 1:
+        raise ValueError("runs trained as one group must differ only in "
+                         f"{', '.join(hyper.VALUES)}")
+    dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
+    group = len(configs) if len(configs) > 1 else None
+    runner = Runner(configs[0], dataset, devices, group)
+    for config, workdir in zip(configs, workdirs):
+        prepare_workdir(workdir, config)
+    summaries = [read_summary(w) for w in workdirs]
+    todo = [i for i, s in enumerate(summaries) if s is None]
+    if len(todo) < len(configs):
+        if todo:
+            done = train_group([configs[i] for i in todo], [workdirs[i] for i in todo],
+                               devices=devices, progress=progress)
+            for i, summary in zip(todo, done):
+                summaries[i] = summary
+        return summaries
+    checkpoints = [Checkpoints(w / "ckpt", c.train.keep_best) for c, w in zip(configs, workdirs)]
+    restored = [ckpt.restore(init_state(c)) for ckpt, c in zip(checkpoints, configs)]
+    starts = [start or 0 for _, start in restored]
+    if len(set(starts)) > 1:
+        for ckpt in checkpoints:
+            ckpt.close()
+        for start in sorted(set(starts)):
+            members = [i for i, s in enumerate(starts) if s == start]
+            done = train_group([configs[i] for i in members], [workdirs[i] for i in members],
+                               devices=devices, progress=progress)
+            for i, summary in zip(members, done):
+                summaries[i] = summary
+        return summaries
+    states = [state if state is not None else init_state(c)
+              for (state, _), c in zip(restored, configs)]
+    return _run_lockstep(configs, workdirs, checkpoints, states, starts[0], runner, dataset,
+                         group, progress)
+
+
+def read_summary(workdir: str | Path) -> dict | None:
+    """A run's ``summary.json`` (written last, atomically), or None if it has not finished."""
+    path = Path(workdir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _unstack(state, r: int, group):
+    return jax.tree_util.tree_map(lambda x: x[r], state) if group else state
+
+
+def _run_lockstep(configs, workdirs, checkpoints, states, start, runner, dataset, group,
+                  progress) -> list[dict]:
+    config, cfg = configs[0], configs[0].train
+    runs = range(len(configs))
+    state = runner.place(_stack(states) if group else states[0])
+    values = hyper.as_arrays(configs, stacked=bool(group))
+    writers = [MetricsWriter(w, start) for w in workdirs]
     bar = Progress(cfg.steps, start, enabled=progress)
     tokens_per_step = cfg.batch_size * config.data.length
-    step, record, results = start, {}, None
+    step, records, results = start, [{} for _ in runs], None
     # Training seconds only: each dispatch is timed up to the next sync point (a log), so
     # evaluation and checkpoint time is left out; the first dispatch (compilation) is too.
     compiled, train_seconds, timed_steps, interval_seconds, interval_steps = False, 0.0, 0, 0.0, 0
     with _StopFlag() as stop:
         while step < cfg.steps and not stop.raised:
-            host_batch = (None if dataset.on_device else dataset.batch(
-                config.seed, step, cfg.batch_size, config.data.length, "train"))
+            host_batch = (None if dataset.on_device else _per_run_batches(
+                configs, dataset, step, cfg.batch_size, config.data.length, "train", group))
             began = time.perf_counter()
-            state, metrics = runner.run(state, host_batch)
+            state, metrics = runner.run(state, values, host_batch)
             step += runner.steps_per_call
             due_checkpoint = step % cfg.checkpoint_every == 0 or step == cfg.steps
             due_eval = step % cfg.eval_every == 0 or due_checkpoint
@@ -180,45 +260,65 @@ def train(config: Config, workdir: str | Path, *, devices=None, progress: bool =
                 interval_steps += runner.steps_per_call
             compiled = True
             if due_log:
-                record = {k: float(np.asarray(v)[-1]) for k, v in jax.device_get(metrics).items()}
-                if not cfg.entropy_reg:
-                    del record["attention_entropy"]
-                if interval_steps:
-                    record["tokens_per_s"] = interval_steps * tokens_per_step / interval_seconds
-                record.update(_diagnose(config, runner.unplace(state).params, dataset, step - 1))
+                host = jax.device_get(metrics)
+                params = runner.unplace(state).params
+                diagnostics = _diagnose(configs, params, dataset, step - 1, group)
+                records = [{k: float(np.asarray(v).reshape(len(configs), -1)[r, -1])
+                            for k, v in host.items()} for r in runs]
+                if due_eval:
+                    results = _evaluate_group(configs, params, dataset, None, group)
+                for r in runs:
+                    if not cfg.entropy_reg:
+                        del records[r]["attention_entropy"]
+                    if interval_steps:
+                        records[r]["tokens_per_s"] = (interval_steps * tokens_per_step * len(configs)
+                                                      / interval_seconds)
+                    records[r].update(diagnostics[r])
+                    if due_eval:
+                        records[r].update(_eval_record(results[r], config.data.length))
+                    writers[r].write(step, records[r])
                 train_seconds += interval_seconds
                 timed_steps += interval_steps
                 interval_seconds, interval_steps = 0.0, 0
-                if due_eval:
-                    results = evaluate(config, runner.unplace(state).params, dataset)
-                    record.update(_eval_record(results, config.data.length))
-                writer.write(step, record)
-                bar.update(step - bar.bar.n, loss=record["loss"],
-                           **({"val": record["val_loss"]} if "val_loss" in record else {}))
+                bar.update(step - bar.bar.n, loss=records[0]["loss"],
+                           **({"val": records[0]["val_loss"]} if "val_loss" in records[0] else {}))
             if due_checkpoint or stop.raised:
                 if not due_eval:
-                    results = evaluate(config, runner.unplace(state).params, dataset)
-                    record.update(_eval_record(results, config.data.length))
-                checkpoints.save(step, runner.unplace(state), to_dict(config), record["val_loss"])
-    checkpoints.wait()
+                    results = _evaluate_group(configs, runner.unplace(state).params, dataset,
+                                              None, group)
+                    for r in runs:
+                        records[r].update(_eval_record(results[r], config.data.length))
+                for r in runs:
+                    checkpoints[r].save(step, _unstack(runner.unplace(state), r, group),
+                                        to_dict(configs[r]), records[r]["val_loss"])
+    for ckpt in checkpoints:
+        ckpt.wait()
     bar.close()
-    writer.close()
+    for writer in writers:
+        writer.close()
     if step < cfg.steps:
-        checkpoints.close()
-        return {"status": "interrupted", "step": step}
-    final = results or evaluate(config, runner.unplace(state).params, dataset)
-    # a run killed after its last checkpoint but before its summary logs nothing when rerun
-    logged = read_metrics(workdir / "metrics.jsonl")
-    summary = {
-        "status": "finished", "step": step, "skipped_updates": int(runner.unplace(state).skipped),
-        "train_loss": record.get("loss", logged[-1]["loss"] if logged else None),
-        "best_step": checkpoints.best_step(),
-        "tokens_per_s": timed_steps * tokens_per_step / train_seconds if train_seconds else None,
-        "eval": {str(length): r for length, r in final.items()},
-    }
-    checkpoints.close()
-    write_json_atomic(summary_path, summary)
-    return summary
+        for ckpt in checkpoints:
+            ckpt.close()
+        return [{"status": "interrupted", "step": step} for _ in runs]
+    final_state = runner.unplace(state)
+    final = results or _evaluate_group(configs, final_state.params, dataset, None, group)
+    summaries = []
+    for r in runs:
+        # a run killed after its last checkpoint but before its summary logs nothing when rerun
+        logged = read_metrics(workdirs[r] / "metrics.jsonl")
+        summary = {
+            "status": "finished", "step": step,
+            "skipped_updates": int(_unstack(final_state, r, group).skipped),
+            "train_loss": records[r].get("loss", logged[-1]["loss"] if logged else None),
+            "best_step": checkpoints[r].best_step(),
+            "tokens_per_s": (timed_steps * tokens_per_step * len(configs) / train_seconds
+                             if train_seconds else None),
+            "eval": {str(length): v for length, v in final[r].items()},
+        }
+        checkpoints[r].close()
+        write_json_atomic(workdirs[r] / "summary.json", summary)
+        summaries.append(summary)
+    return summaries
 
 
 def format_summary(summary: dict) -> str:

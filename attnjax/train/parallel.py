@@ -8,67 +8,49 @@ order of floating-point sums).
 
 With on-device data, ``steps_per_dispatch`` steps run in one compiled ``lax.scan``, batches
 generated inside it; host data (token files) is fed one step per call.
+
+The program is compiled for the config's structure and takes its scalar hyperparameters as an
+argument (``attnjax.train.hyper``), so runs that differ only in those reuse it. With
+``group=K`` it is ``vmap``-ed over K runs: state, hyperparameters and metrics gain a leading
+run axis, and every run computes what it would alone.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from attnjax.config import Config
-from attnjax.data import Dataset, batch_key
+from attnjax.data import Dataset, batch_key, load_dataset
+from attnjax.train import hyper
 from attnjax.train.state import TrainState
 from attnjax.train.step import make_train_step
 
 
 class Runner:
-    """Runs training steps on ``devices`` with the configured strategy."""
+    """Runs training steps on ``devices`` with the configured strategy; ``group=K`` runs K
+    configs of one structure in lockstep as one vmapped program (mesh strategy only)."""
 
-    def __init__(self, config: Config, dataset: Dataset, devices=None):
-        self.config, self.dataset = config, dataset
+    def __init__(self, config: Config, dataset: Dataset, devices=None, group: int | None = None):
+        self.config, self.dataset, self.group = config, dataset, group
         self.devices = list(devices or jax.devices())
         n, cfg = len(self.devices), config.train
         if cfg.batch_size % (n * cfg.grad_accum):
             raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by "
                              f"{n} devices x train.grad_accum={cfg.grad_accum}")
+        if group is not None and cfg.parallel != "mesh":
+            raise ValueError("train.parallel='pmap' cannot train a vmapped group of runs; "
+                             "use train.parallel=mesh or another launcher")
         self.steps_per_call = cfg.steps_per_dispatch if dataset.on_device else 1
         if cfg.parallel == "mesh":
             self.mesh = jax.make_mesh((n,), ("data",), (AxisType.Auto,), devices=self.devices)
             self._replicated = NamedSharding(self.mesh, PartitionSpec())
-            self._sharded = NamedSharding(self.mesh, PartitionSpec("data"))
-            self._fn = self._build_mesh()
-        else:
-            self._fn = self._build_pmap()
-
-    def _global_batch(self, step):
-        cfg = self.config
-        return self.dataset.sample(batch_key(cfg.seed, step, "train"), cfg.train.batch_size,
-                                   cfg.data.length, "train")
-
-    def _scan(self, step_fn, shard):
-        def run(state):
-            def body(state, _):
-                return step_fn(state, shard(self._global_batch(state.step)))
-            return jax.lax.scan(body, state, None, length=self.steps_per_call)
-        return run
-
-    def _build_mesh(self):
-        step = make_train_step(self.config)
-        if not self.dataset.on_device:
-            return jax.jit(step, donate_argnums=0)
-        constrain = lambda batch: jax.lax.with_sharding_constraint(batch, self._sharded)
-        return jax.jit(self._scan(step, constrain), donate_argnums=0)
-
-    def _build_pmap(self):
-        step = make_train_step(self.config, axis_name="data")
-        local = self.config.train.batch_size // len(self.devices)
-        def my_slice(batch):
-            start = jax.lax.axis_index("data") * local
-            return jax.tree_util.tree_map(
-                lambda x: jax.lax.dynamic_slice_in_dim(x, start, local), batch)
-        body = step if not self.dataset.on_device else self._scan(step, my_slice)
-        return jax.pmap(body, axis_name="data", devices=self.devices, donate_argnums=0)
+            self._sharded = NamedSharding(self.mesh, PartitionSpec(*(
+                (None, "data") if group and not dataset.on_device else ("data",))))
+        self._fn = _program(hyper.structure(config), tuple(self.devices), group)
 
     def place(self, state: TrainState) -> TrainState:
         """Put a host/single-device state where the runner expects it."""
@@ -83,18 +65,59 @@ class Runner:
             return state
         return jax.tree_util.tree_map(lambda x: x[0], state)
 
-    def run(self, state: TrainState, host_batch: dict | None = None):
-        """Advance ``steps_per_call`` steps; metrics are stacked over those steps."""
+    def run(self, state: TrainState, values: dict, host_batch: dict | None = None):
+        """Advance ``steps_per_call`` steps with hyperparameter ``values`` (``hyper.as_arrays``);
+        metrics are stacked over those steps (``[runs, steps]`` for a group)."""
         if self.dataset.on_device:
-            state, metrics = self._fn(state)
+            state, metrics = self._fn(values, state)
             if self.config.train.parallel == "pmap":
                 metrics = jax.tree_util.tree_map(lambda x: x[0], metrics)
             return state, metrics
         if self.config.train.parallel == "mesh":
-            state, metrics = self._fn(state, jax.device_put(host_batch, self._sharded))
+            state, metrics = self._fn(values, state, jax.device_put(host_batch, self._sharded))
         else:
             n = len(self.devices)
             split = jax.tree_util.tree_map(lambda x: x.reshape(n, -1, *x.shape[1:]), host_batch)
-            state, metrics = self._fn(state, split)
+            state, metrics = self._fn(values, state, split)
             metrics = jax.tree_util.tree_map(lambda x: x[0], metrics)
-        return state, jax.tree_util.tree_map(lambda x: x[None], metrics)
+        return state, jax.tree_util.tree_map(lambda x: x[..., None], metrics)
+
+
+@functools.lru_cache(maxsize=16)
+def _program(structure: Config, devices: tuple, group: int | None):
+    """The compiled training program of a structure: ``(values, state[, batch]) -> (state,
+    metrics)``. Cached, so runs that share a structure share one program."""
+    n, cfg, dataset = len(devices), structure.train, load_dataset(structure.data)
+    steps = cfg.steps_per_dispatch if dataset.on_device else 1
+
+    def scanned(step_fn, config, shard):
+        def body(state, _):
+            key = batch_key(config.seed, state.step, "train")
+            batch = dataset.sample(key, cfg.batch_size, config.data.length, "train")
+            return step_fn(state, shard(batch))
+        return lambda state: jax.lax.scan(body, state, None, length=steps)
+
+    if cfg.parallel == "pmap":
+        local = cfg.batch_size // n
+
+        def my_slice(batch):
+            start = jax.lax.axis_index("data") * local
+            return jax.tree_util.tree_map(
+                lambda x: jax.lax.dynamic_slice_in_dim(x, start, local), batch)
+
+        def per_device(values, state, *batch):
+            config = hyper.inject(structure, values)
+            step = make_train_step(config, axis_name="data")
+            return step(state, *batch) if batch else scanned(step, config, my_slice)(state)
+        return jax.pmap(per_device, axis_name="data", devices=devices, donate_argnums=1,
+                        in_axes=(None, 0) + (() if dataset.on_device else (0,)))
+
+    mesh = jax.make_mesh((n,), ("data",), (AxisType.Auto,), devices=list(devices))
+    sharded = NamedSharding(mesh, PartitionSpec("data"))
+    constrain = lambda batch: jax.lax.with_sharding_constraint(batch, sharded)
+
+    def program(values, state, *batch):
+        config = hyper.inject(structure, values)
+        step = make_train_step(config)
+        return step(state, *batch) if batch else scanned(step, config, constrain)(state)
+    return jax.jit(program if group is None else jax.vmap(program), donate_argnums=1)

@@ -3,6 +3,7 @@ state holds no PRNG key and a restored state continues exactly."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.struct
@@ -10,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import Config
+from attnjax.train import hyper
 from attnjax.nn import DecoderLM
 from attnjax.train.optim import make_optimizer
 
@@ -28,15 +30,21 @@ def stream_key(seed: int, stream: int) -> jax.Array:
 
 
 def init_params(config: Config):
-    model = DecoderLM(config.model)
-    tokens = jnp.zeros((1, config.data.length), jnp.int32)
-    init = jax.jit(lambda key: model.init(key, tokens)["params"])  # one compile, not one per op
-    return init(stream_key(config.seed, PARAMS_STREAM))
+    return _init_program(hyper.structure(config))(config.seed)[0]
 
 
 def init_state(config: Config) -> TrainState:
-    def build(params):
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                          opt_state=make_optimizer(config.train).init(params),
-                          skipped=jnp.zeros((), jnp.int32))
-    return jax.jit(build)(init_params(config))
+    return _init_program(hyper.structure(config))(config.seed)[1]
+
+
+@functools.lru_cache(maxsize=16)
+def _init_program(structure: Config):
+    """``seed -> (params, state)`` compiled once per structure (seeds share it)."""
+    model, tx = DecoderLM(structure.model), make_optimizer(structure.train)
+    tokens = jnp.zeros((1, structure.data.length), jnp.int32)
+
+    def build(seed):
+        params = model.init(stream_key(seed, PARAMS_STREAM), tokens)["params"]
+        return params, TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                  opt_state=tx.init(params), skipped=jnp.zeros((), jnp.int32))
+    return jax.jit(build)

@@ -1,0 +1,201 @@
+"""Launching a sweep's runs: ``sequential`` (one process, one compiled program per structure),
+``processes`` (N worker processes) or ``vmap`` (runs that differ only in the seed or scalar
+hyperparameters train as one vmapped program; see ``attnjax.train.hyper``).
+
+Every launcher skips finished runs and resumes interrupted ones from their checkpoints (the
+run directory is the truth), and isolates failures: a run that raises or diverges is recorded
+as failed, with its error in ``sweep.json`` and its traceback in ``<run>/error.txt``, and the
+other runs go on. A vmapped group that fails is retried run by run to find the culprit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import multiprocessing
+import os
+import traceback
+from pathlib import Path
+
+from attnjax.config import Config, from_dict, to_dict
+from attnjax.sweep.record import entry, open_record, save_record
+from attnjax.sweep.spec import Run, expand
+from attnjax.train import hyper
+from attnjax.sweep.variants import eval_variants, evaluate_variants
+from attnjax.train.loop import read_summary, train, train_group
+
+LAUNCHERS = ("sequential", "processes", "vmap")
+DIVERGED_FRACTION = 0.1    # a run that skipped more than this fraction of its updates diverged
+
+
+def divergence(summary: dict, config: Config) -> str | None:
+    """Why a finished run counts as diverged, or None: a non-finite final loss, or more than
+    ``DIVERGED_FRACTION`` of its updates skipped as non-finite."""
+    losses = [r["loss"] for r in summary["eval"].values()] + [summary.get("train_loss")]
+    if any(loss is None or not math.isfinite(loss) for loss in losses):
+        return f"diverged: final loss is not finite ({losses})"
+    skipped, steps = summary["skipped_updates"], config.train.steps
+    if skipped > DIVERGED_FRACTION * steps:
+        return (f"diverged: {skipped} of {steps} updates had a non-finite loss or gradient "
+                "and were skipped")
+    return None
+
+
+class _Sweep:
+    """The record and the bookkeeping every launcher shares."""
+
+    def __init__(self, directory: Path, record: dict, log):
+        self.directory, self.record, self.log = directory, record, log
+
+    def run_dir(self, run: Run) -> Path:
+        return self.directory / run.name
+
+    def finish(self, run: Run, summary: dict | None = None, error: str | None = None,
+               trace: str | None = None, quiet: bool = False):
+        item = entry(self.record, run.name)
+        if error is None and summary["status"] != "finished":
+            item.update(status="interrupted", error=None)
+        else:
+            error = error or divergence(summary, run.config)
+            item.update(status="failed" if error else "finished", error=error, summary=summary)
+            if trace:
+                self.run_dir(run).mkdir(parents=True, exist_ok=True)
+                (self.run_dir(run) / "error.txt").write_text(trace)
+        save_record(self.directory, self.record)
+        if quiet:
+            return
+        shown = error or (f"val loss {summary['eval'][str(run.config.data.length)]['loss']:.4f}"
+                          if item["status"] == "finished" else item["status"])
+        self.log(f"  {run.name}: {item['status']} ({shown})")
+
+    def mark_running(self, runs: list[Run]):
+        for run in runs:
+            entry(self.record, run.name)["status"] = "running"
+        save_record(self.directory, self.record)
+
+    def train_one(self, run: Run, progress: bool) -> dict | None:
+        """Train one run in this process; returns its summary, or None if it failed."""
+        self.mark_running([run])
+        try:
+            summary = train(run.config, self.run_dir(run), progress=progress)
+        except KeyboardInterrupt:
+            self.finish(run, {"status": "interrupted"})
+            raise
+        except Exception as error:  # noqa: BLE001  (isolate any failure of one run)
+            self.finish(run, error=f"{type(error).__name__}: {error}",
+                        trace=traceback.format_exc())
+            return None
+        self.finish(run, summary)
+        return summary
+
+
+def _sequential(sweep: _Sweep, runs: list[Run], jobs, progress):
+    for run in runs:
+        summary = sweep.train_one(run, progress)
+        if summary is not None and summary["status"] == "interrupted":
+            return  # SIGTERM: the run saved a checkpoint; stop launching
+
+
+def enable_compile_cache():
+    """JAX's persistent compilation cache, so a second invocation skips compilation. Directory:
+    ``$ATTNJAX_COMPILE_CACHE`` (empty: off), default ``~/.cache/attnjax/xla``; a directory
+    already set through ``JAX_COMPILATION_CACHE_DIR`` is kept."""
+    import jax
+    path = os.environ.get("ATTNJAX_COMPILE_CACHE", str(Path.home() / ".cache/attnjax/xla"))
+    if path and not jax.config.jax_compilation_cache_dir:   # JAX_COMPILATION_CACHE_DIR wins
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def _train_in_worker(config: dict, run_dir: str) -> dict:
+    """Worker-process body: a run's summary, or its error and traceback."""
+    enable_compile_cache()
+    try:
+        return {"summary": train(from_dict(Config, config), run_dir, progress=False)}
+    except Exception as error:  # noqa: BLE001
+        return {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
+
+
+def _processes(sweep: _Sweep, runs: list[Run], jobs, progress):
+    sweep.mark_running(runs)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs or 2, mp_context=context) as pool:
+        futures = {pool.submit(_train_in_worker, to_dict(run.config), str(sweep.run_dir(run))):
+                   run for run in runs}
+        for future in concurrent.futures.as_completed(futures):
+            run, result = futures[future], future.result()
+            sweep.finish(run, result.get("summary"), result.get("error"), result.get("trace"))
+
+
+def vmap_groups(runs: list[Run], max_size: int | None = None) -> list[list[Run]]:
+    """Runs grouped by structure (in order of first appearance), at most ``max_size`` each."""
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(hyper.structure(run.config), []).append(run)
+    size = max_size or max(len(g) for g in groups.values()) if groups else 1
+    return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+
+def _vmap(sweep: _Sweep, runs: list[Run], jobs, progress):
+    for group in vmap_groups(runs, jobs):
+        if len(group) == 1:
+            if not _keep_going(sweep.train_one(group[0], progress)):
+                return
+            continue
+        sweep.log(f"training {len(group)} runs as one vmapped program: "
+                  f"{', '.join(r.name for r in group)}")
+        sweep.mark_running(group)
+        try:
+            summaries = train_group([r.config for r in group],
+                                    [sweep.run_dir(r) for r in group], progress=progress)
+        except KeyboardInterrupt:
+            for run in group:
+                sweep.finish(run, {"status": "interrupted"})
+            raise
+        except Exception as error:  # noqa: BLE001
+            sweep.log(f"  the group failed ({type(error).__name__}: {error}); "
+                      "running its runs one by one to isolate the failure")
+            _sequential(sweep, group, None, progress)
+            continue
+        for run, summary in zip(group, summaries):
+            sweep.finish(run, summary)
+        if not _keep_going(summaries[0]):
+            return
+
+
+def _keep_going(summary: dict | None) -> bool:
+    return summary is None or summary["status"] != "interrupted"
+
+
+_LAUNCH = {"sequential": _sequential, "processes": _processes, "vmap": _vmap}
+
+
+def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = "sequential",
+              jobs: int | None = None, overrides: list[str] = (), progress: bool = True,
+              retry_failed: bool = False, log=print) -> dict:
+    """Run (or resume) every run of an experiment's sweep into ``directory``; returns the
+    record (see ``attnjax.sweep.record``). ``jobs``: worker processes for ``processes``, the
+    largest vmapped group for ``vmap``."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"--launcher={launcher!r} is not valid; choices: {', '.join(LAUNCHERS)}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    runs = expand(experiment, overrides)
+    variants = eval_variants(experiment, runs)
+    directory = Path(directory)
+    record = open_record(directory, str(experiment), list(overrides), launcher, runs)
+    sweep = _Sweep(directory, record, log)
+    todo = []
+    for run in runs:
+        item, summary = entry(record, run.name), read_summary(sweep.run_dir(run))
+        if summary is not None:
+            if item["summary"] is None or item["status"] not in ("finished", "failed"):
+                sweep.finish(run, summary, quiet=True)
+        elif item["status"] != "failed" or retry_failed:
+            todo.append(run)
+    finished = sum(entry(record, r.name)["status"] == "finished" for r in runs)
+    log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
+        f"({launcher} launcher)")
+    _LAUNCH[launcher](sweep, todo, jobs, progress)
+    evaluate_variants(sweep, runs, variants)
+    return record

@@ -1,0 +1,85 @@
+"""Scalar hyperparameters passed to the compiled training program as arguments.
+
+A config splits into a *structure* (everything that decides shapes and the program: widths,
+kernel, position encoding, whether dropout is on at all) and *values* (the seed and scalar
+hyperparameters below). The program is compiled for the structure and takes the values as
+traced arguments, so
+
+- runs that differ only in values reuse one compiled program (the sequential sweep launcher),
+- and can train as one ``jax.vmap``-ed program, one lane per run (the vmap launcher).
+
+Inside the program the values are put back into the config as tracers (``inject``); the model
+and the optimizer read them from the config as usual and never branch on them.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import jax.numpy as jnp
+
+from attnjax.config import Config, apply_overrides
+
+# dotted field -> dtype; a rate that is 0 in one run and not in another changes the structure
+VALUES = {
+    "seed": jnp.int32,
+    "train.learning_rate": jnp.float32,
+    "train.weight_decay": jnp.float32,
+    "train.z_loss": jnp.float32,
+    "model.attention.dropout_rate": jnp.float32,
+    "model.residual_dropout": jnp.float32,
+    "model.attention.scale_multiplier": jnp.float32,
+}
+_CANONICAL = {"seed": 0, "train.learning_rate": 1e-3, "train.weight_decay": 0.0,
+              "train.z_loss": 0.0, "model.attention.scale_multiplier": 1.0}
+
+
+def _get(config, path: str):
+    for part in path.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def value_fields(config: Config) -> tuple[str, ...]:
+    """The fields that are program arguments for this config. A learned scale's initial value
+    is computed on the host from ``scale_multiplier``, so there it stays structural."""
+    fields = tuple(VALUES)
+    if config.model.attention.scale == "learned":
+        fields = tuple(f for f in fields if f != "model.attention.scale_multiplier")
+    return fields
+
+
+def structure(config: Config) -> Config:
+    """The config with every value set to a canonical one: equal structures compile to the
+    same program. Rates keep whether they are zero."""
+    canonical = {path: _CANONICAL[path] if path in _CANONICAL else
+                 0.5 if _get(config, path) > 0 else 0.0 for path in value_fields(config)}
+    return apply_overrides(config, canonical)
+
+
+def as_arrays(configs: list[Config], stacked: bool) -> dict:
+    """Values of ``configs`` as arrays: stacked ``[runs]`` for a vmapped group, else the
+    single config's scalars."""
+    fields = value_fields(configs[0])
+    make = lambda path, xs: jnp.asarray(xs if stacked else xs[0], VALUES[path])
+    return {path: make(path, [_get(c, path) for c in configs]) for path in fields}
+
+
+def _replace(node, parts: list[str], value):
+    new = copy.copy(node)
+    child = value if len(parts) == 1 else _replace(getattr(node, parts[0]), parts[1:], value)
+    object.__setattr__(new, parts[0], child)
+    return new
+
+
+def inject(config: Config, traced: dict) -> Config:
+    """``config`` with the given fields replaced by (traced) arrays, without validation (the
+    concrete configs were validated when they were built). Use only inside a trace."""
+    for path, value in traced.items():
+        config = _replace(config, path.split("."), value)
+    return config
+
+
+def same_structure(a: Config, b: Config) -> bool:
+    return structure(a) == structure(b)
+
