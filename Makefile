@@ -18,7 +18,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: $(STAMP)
-	$(BIN)/attnjax train experiments/baseline.py --workdir runs/demo
+	$(BIN)/attnjax sweep experiments/demo.py --workdir runs/demo-sweep --launcher vmap
+	$(BIN)/attnjax report runs/demo-sweep
 
 info: $(STAMP)
 	$(BIN)/attnjax info
@@ -26,6 +27,7 @@ info: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/attnjax bench attention --out benchmarks/results/attention.json
 	$(BIN)/attnjax bench train --out benchmarks/results/train.json
+	$(BIN)/attnjax bench sweep --out benchmarks/results/sweep.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -159,3 +159,44 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
                                         indent=2))
         print(f"wrote {out}")
     return rows
+
+
+def run_sweep_benchmark(experiment: str = "experiments/mqar.py", seeds: int = 8,
+                        steps: int = 1000, out: str | None = None) -> dict:
+    """Wall time of ``seeds`` seeds of an experiment trained one after another (the
+    ``sequential`` launcher: one compiled program, reused) against the same runs as one
+    vmapped program (the ``vmap`` launcher), compilation included, in fresh directories."""
+    import tempfile
+
+    from attnjax.config import apply_overrides
+    from attnjax.experiment import experiment_config
+    from attnjax.train.loop import train, train_group
+    base = experiment_config(experiment, {"train.steps": steps})
+    configs = [apply_overrides(base, {"seed": seed}) for seed in range(seeds)]
+    times, losses = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        summaries = [train(c, f"{tmp}/seq/{i}", progress=False) for i, c in enumerate(configs)]
+        times["sequential"] = time.perf_counter() - start
+        losses["sequential"] = [s["eval"][str(base.data.length)]["loss"] for s in summaries]
+        start = time.perf_counter()
+        summaries = train_group(configs, [f"{tmp}/vmap/{i}" for i in range(seeds)],
+                                progress=False)
+        times["vmap"] = time.perf_counter() - start
+        losses["vmap"] = [s["eval"][str(base.data.length)]["loss"] for s in summaries]
+    speedup = times["sequential"] / times["vmap"]
+    print(f"{seeds} seeds of {experiment}, {steps} steps each "
+          f"(d_model {base.model.d_model}, {base.model.num_layers} layers, batch "
+          f"{base.train.batch_size}, length {base.data.length})")
+    print(f"{'launcher':<12} {'wall s':>8} {'mean val loss':>14}")
+    for name in times:
+        print(f"{name:<12} {times[name]:>8.1f} {np.mean(losses[name]):>14.4f}")
+    print(f"vmap is {speedup:.2f}x faster than sequential; largest per-seed val loss "
+          f"difference {np.max(np.abs(np.subtract(*losses.values()))):.2e}")
+    result = {"experiment": experiment, "seeds": seeds, "steps": steps, "seconds": times,
+              "val_loss": losses, "speedup": speedup, "backend": jax.default_backend()}
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}")
+    return result

@@ -108,7 +108,9 @@ def _report(args) -> int:
 def _bench(args) -> int:
     from attnjax import bench
     if args.what == "train":
-        bench.run_train_benchmark(steps=args.steps, out=args.out)
+        bench.run_train_benchmark(steps=args.steps or 50, out=args.out)
+    elif args.what == "sweep":
+        bench.run_sweep_benchmark(seeds=args.seeds, steps=args.steps or 1000, out=args.out)
     else:
         bench.run(lengths=args.lengths, kernels=args.kernels, out=args.out, batch=args.batch,
                   heads=args.heads, head_dim=args.head_dim)
@@ -166,10 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
                                "and a parity table of the kernels")
     info.add_argument("--no-grads", action="store_true", help="parity of outputs only")
     info.set_defaults(run=_info)
-    bench = commands.add_parser("bench", help="attention kernels (memory, time) or training "
-                                "throughput (tokens/s, MFU)")
-    bench.add_argument("what", choices=["attention", "train"])
-    bench.add_argument("--steps", type=int, default=50, help="train: timed steps per setting")
+    bench = commands.add_parser("bench", help="attention kernels (memory, time), training "
+                                "throughput (tokens/s, MFU), or vmap vs sequential sweeps")
+    bench.add_argument("what", choices=["attention", "train", "sweep"])
+    bench.add_argument("--steps", type=int, default=None, help="train: timed steps per "
+                       "setting (default 50); sweep: steps per run (default 1000)")
+    bench.add_argument("--seeds", type=int, default=8, help="sweep: seeds of experiments/mqar.py")
     bench.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
     bench.add_argument("--kernels", nargs="+", default=None)
     bench.add_argument("--batch", type=int, default=1)

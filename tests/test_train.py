@@ -19,7 +19,7 @@ import pytest
 
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset
-from attnjax.train import Checkpoints, read_metrics, train
+from attnjax.train import Checkpoints, hyper, read_metrics, train
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_train_step
@@ -82,7 +82,7 @@ def test_steps_per_dispatch_gives_the_same_losses():
         runner = Runner(config, Dataset(config.data))
         state, out = runner.place(init_state(config)), []
         for _ in range(10 // per_dispatch):
-            state, metrics = runner.run(state)
+            state, metrics = runner.run(state, hyper.as_arrays([config], stacked=False))
             out += list(np.asarray(metrics["loss"]))
         return np.array(out)
     np.testing.assert_allclose(losses(5), losses(1), rtol=1e-6)
@@ -92,6 +92,7 @@ DEVICE_SCRIPT = """
 import jax, numpy as np
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset
+from attnjax.train import hyper
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 TINY = {tiny!r}
@@ -101,7 +102,7 @@ def losses(parallel, devices):
     runner = Runner(config, Dataset(config.data), devices)
     state, out = runner.place(init_state(config)), []
     for _ in range(3):
-        state, metrics = runner.run(state)
+        state, metrics = runner.run(state, hyper.as_arrays([config], stacked=False))
         out += list(np.asarray(metrics["loss"]))
     params = runner.unplace(state).params
     return np.array(out), params
@@ -118,6 +119,19 @@ for parallel in ("mesh", "pmap"):
     norm = sum(float((np.asarray(b) ** 2).sum()) for b in jax.tree_util.tree_leaves(p1))
     assert (diff / norm) ** 0.5 < 1e-5, (diff / norm) ** 0.5
     print(parallel, "OK", many[:3])
+# two seeds as one vmapped program, data sharded over the 4 devices: seed 0 equals its solo run
+configs = [apply_overrides(Config(), {{**TINY, "train.steps_per_dispatch": 5, "seed": s}})
+           for s in (0, 1)]
+runner = Runner(configs[0], Dataset(configs[0].data), jax.devices(), group=2)
+state = runner.place(jax.tree_util.tree_map(lambda *x: np.stack(x), *map(init_state, configs)))
+group = []
+for _ in range(3):
+    state, metrics = runner.run(state, hyper.as_arrays(configs, stacked=True))
+    group.append(np.asarray(metrics["loss"]))
+group = np.concatenate(group, axis=1)
+np.testing.assert_allclose(group[0], one, rtol=2e-6)
+assert np.abs(group[1] - group[0]).max() > 1e-3
+print("vmap OK")
 """
 
 
@@ -127,7 +141,7 @@ def test_four_devices_mesh_and_pmap_match_one_device():
     result = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT.format(tiny=TINY)], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "mesh OK" in result.stdout and "pmap OK" in result.stdout
+    assert "mesh OK" in result.stdout and "pmap OK" in result.stdout and "vmap OK" in result.stdout
 
 
 # ---------------------------------------------------------------- resume through the CLI
