@@ -1,5 +1,5 @@
-"""Command line: ``attnjax train | eval | generate | sweep | sweep-status | report | info |
-bench``. The only module that parses
+"""Command line: ``attnjax train | eval | generate | sweep | sweep-status | report | attention |
+heads | compare | info | bench``. The only module that parses
 argv. Bad input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is
 one line on stderr and exit status 2, raised before anything compiles."""
 
@@ -105,6 +105,19 @@ def _report(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from attnjax.analysis.compare import compare_runs, compare_sweep
+    if args.baseline is not None:
+        if args.run_b is not None:
+            raise ValueError("compare takes RUN_A RUN_B, or SWEEP_DIR --baseline RUN, not both")
+        print(compare_sweep(args.run_a, args.baseline, args.out, which=args.checkpoint))
+    elif args.run_b is None:
+        raise ValueError("compare needs RUN_A RUN_B, or SWEEP_DIR --baseline RUN")
+    else:
+        print(compare_runs(args.run_a, args.run_b, args.out, which=args.checkpoint))
+    return 0
+
+
 def _bench(args) -> int:
     from attnjax import bench
     if args.what == "train":
@@ -164,6 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("workdir")
     report.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
     report.set_defaults(run=_report)
+    compare = commands.add_parser("compare", help="compare two runs, or every run of a sweep "
+                                  "with a baseline: config, parameters, attention, losses")
+    compare.add_argument("run_a", metavar="RUN_A|SWEEP_DIR")
+    compare.add_argument("run_b", metavar="RUN_B", nargs="?", default=None)
+    compare.add_argument("--baseline", default=None, help="with SWEEP_DIR: a run name of the "
+                         "sweep or a run directory")
+    compare.add_argument("--out", required=True)
+    compare.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    compare.set_defaults(run=_compare)
     info = commands.add_parser("info", help="registered kernels and position encodings, "
                                "and a parity table of the kernels")
     info.add_argument("--no-grads", action="store_true", help="parity of outputs only")

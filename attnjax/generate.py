@@ -17,7 +17,10 @@ from attnjax.train.state import init_state
 def load_params(workdir: str | Path, which: str = "best"):
     """``(config, params, step)`` from a run's best or latest good checkpoint."""
     config = load_config(workdir)
-    checkpoints = Checkpoints(Path(workdir) / "ckpt", config.train.keep_best)
+    directory = Path(workdir) / "ckpt"
+    if not directory.is_dir():
+        raise ValueError(f"{str(workdir)!r} has no usable checkpoint")
+    checkpoints = Checkpoints(directory, config.train.keep_best, read_only=True)
     step = checkpoints.best_step() if which == "best" else None
     state, step = checkpoints.restore(init_state(config), step)
     checkpoints.close()

@@ -10,6 +10,7 @@ killed midway stay in orbax's ``*.orbax-checkpoint-tmp`` directories, which are 
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 from pathlib import Path
 
@@ -32,14 +33,27 @@ def state_digest(state) -> str:
 class Checkpoints:
     """Thin wrapper over ``ocp.CheckpointManager`` for one run directory."""
 
-    def __init__(self, directory: str | Path, keep_best: int = 1):
+    def __init__(self, directory: str | Path, keep_best: int = 1, read_only: bool = False):
+        """``read_only``: for readers of a run that may still be training (evaluation,
+        analysis): nothing is created, and unfinished saves are not cleaned up."""
         best = lambda metrics: metrics["val_loss"]
-        options = ocp.CheckpointManagerOptions(
-            best_fn=best, best_mode="min", cleanup_tmp_directories=True,
-            preservation_policy=policies.AnyPreservationPolicy([
-                policies.LatestN(2),
-                policies.BestN(get_metric_fn=best, reverse=True, n=keep_best)]))
-        self.manager = ocp.CheckpointManager(Path(directory).absolute(), options=options)
+        if read_only:
+            options = ocp.CheckpointManagerOptions(
+                read_only=True, create=False, save_interval_steps=0,
+                enable_async_checkpointing=False, best_fn=best, best_mode="min")
+        else:
+            options = ocp.CheckpointManagerOptions(
+                best_fn=best, best_mode="min", cleanup_tmp_directories=True,
+                preservation_policy=policies.AnyPreservationPolicy([
+                    policies.LatestN(2),
+                    policies.BestN(get_metric_fn=best, reverse=True, n=keep_best)]))
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.ERROR)   # orbax warns about read-only managers
+        try:
+            self.manager = ocp.CheckpointManager(Path(directory).absolute(), options=options)
+        finally:
+            absl.setLevel(level)
 
     def save(self, step: int, state, config_json: dict, val_loss: float):
         """Start an async save of ``state`` at ``step``."""

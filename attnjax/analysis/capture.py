@@ -1,0 +1,50 @@
+"""Probe inputs and the attention probabilities a model assigns on them.
+
+A probe is either text (byte-level models: the UTF-8 bytes, truncated to the model's length)
+or batch ``0`` of the validation split of the run's own data, so two checkpoints of the same
+data see the same probe.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnjax.config import Config
+from attnjax.data import load_dataset
+from attnjax.nn import DecoderLM
+
+
+def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
+                length: int | None = None, seed: int = 0) -> np.ndarray:
+    """Token ids ``[B, T]``: the bytes of ``text`` (``B = 1``, at most ``length`` tokens,
+    default ``data.length``), or the first ``batch_size`` validation examples of the run's data
+    for ``seed`` (``T = length``)."""
+    length = length or config.data.length
+    if text is not None:
+        if config.data.task != "text":
+            raise ValueError(f"--text needs a byte-level text model; this run's data.task is "
+                             f"{config.data.task!r} (use --batch)")
+        tokens = np.frombuffer(text.encode("utf-8"), np.uint8)[:length].astype(np.int32)
+        if tokens.size < 2:
+            raise ValueError("text must be at least 2 bytes long")
+        return tokens[None, :]
+    batch = load_dataset(config.data).batch(seed, 0, batch_size, length, "val")
+    return np.asarray(batch["inputs"])
+
+
+def attention_weights(config: Config, params, tokens) -> np.ndarray:
+    """Attention probabilities of every layer, ``[layers, B, heads, T, T]`` (float32; row i is
+    query i's distribution over keys, zero above the diagonal)."""
+    weights = _compiled_weights(config.model)(params, jnp.asarray(tokens))
+    return np.stack([np.asarray(w, np.float32) for w in weights])
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_weights(model_config):
+    model = DecoderLM(model_config)
+    return jax.jit(lambda p, t: model.apply({"params": p}, t, return_weights=True)[1][
+        "attn_weights"])
