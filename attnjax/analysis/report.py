@@ -134,7 +134,9 @@ def configurations(sweep: dict) -> tuple[list[str], list[dict]]:
     for run in runs:
         values = {axis: run["overrides"].get(axis) for axis in axes}
         key = json.dumps(list(values.values()), default=str)
-        group = groups.setdefault(key, {"label": run_name(values), "values": values,
+        label = run_name({axis: run["overrides"][axis] for axis in axes
+                          if axis in run["overrides"]})   # keys a run does not set are left out
+        group = groups.setdefault(key, {"label": label, "values": values,
                                         "runs": [], "finished": []})
         group["runs"].append(run)
         if _finished(run):
