@@ -105,6 +105,23 @@ def _report(args) -> int:
     return 0
 
 
+def _attention(args) -> int:
+    from attnjax.analysis.heatmaps import write_attention_report
+    if args.text is not None and args.batch is not None:
+        raise ValueError("give --text or --batch, not both")
+    print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
+                                 which=args.checkpoint))
+    print(f"wrote heatmaps, grid.png and head_stats.md to {args.out}")
+    return 0
+
+
+def _heads(args) -> int:
+    from attnjax.analysis.heads import write_head_report
+    print(write_head_report(args.workdir, args.out, which=args.checkpoint, steps=args.steps))
+    print(f"wrote knockout, importance and pruning tables and plots to {args.out}")
+    return 0
+
+
 def _compare(args) -> int:
     from attnjax.analysis.compare import compare_runs, compare_sweep
     if args.baseline is not None:
@@ -177,6 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("workdir")
     report.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
     report.set_defaults(run=_report)
+    attention = commands.add_parser("attention", help="attention heatmaps of every layer and "
+                                    "head on a probe input, a grid of all heads, per-head stats")
+    attention.add_argument("workdir", metavar="RUN_DIR")
+    attention.add_argument("--text", default=None, help="probe text (byte-level runs)")
+    attention.add_argument("--batch", type=int, default=None, help="probe with N validation "
+                           "examples of the run's own data (default 4 if no --text)")
+    attention.add_argument("--out", required=True)
+    attention.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    attention.set_defaults(run=_attention)
+    heads = commands.add_parser("heads", help="head knockout, gradient importance (Michel et al.) "
+                                "and the pruning curve")
+    heads.add_argument("workdir", metavar="RUN_DIR")
+    heads.add_argument("--out", required=True)
+    heads.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    heads.add_argument("--steps", type=int, default=None, help="points on the pruning curve "
+                       "(default: one per head, at most 10)")
+    heads.set_defaults(run=_heads)
     compare = commands.add_parser("compare", help="compare two runs, or every run of a sweep "
                                   "with a baseline: config, parameters, attention, losses")
     compare.add_argument("run_a", metavar="RUN_A|SWEEP_DIR")

@@ -88,6 +88,7 @@ class AttentionConfig(_Validated):
     dropout: Literal["none", "probs_shared", "probs_per_head", "output"] = "none"
     dropout_rate: float = 0.0
     window: int | None = None                 # sliding window: each query sees its last `window` keys
+    knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
 
     def _validate(self):
         KERNELS.get(self.kernel, f"{self.PATH}.kernel")
@@ -175,6 +176,12 @@ class ModelConfig(_Validated):
         check_kernel_supports(att.kernel, asked, field="model.attention.kernel")
         if position.check is not None:
             position.check(self)
+        for pair in att.knockout:
+            if (len(pair) != 2 or not 0 <= pair[0] < self.num_layers
+                    or not 0 <= pair[1] < att.num_heads):
+                self._fail("attention.knockout", f"entry {list(pair)} must be [layer, head] with "
+                           f"0 <= layer < num_layers={self.num_layers} and 0 <= head < "
+                           f"num_heads={att.num_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -238,6 +245,7 @@ class TrainConfig(_Validated):
     eval_batch_size: int = 32
     checkpoint_every: int = 500
     keep_best: int = 1                          # checkpoints kept by validation loss (plus latest)
+    head_metrics: bool = False                  # log per-head attention statistics (log_every)
 
     def _validate(self):
         for name in ("steps", "batch_size", "grad_accum", "steps_per_dispatch", "log_every",
@@ -270,6 +278,10 @@ class Config(_Validated):
         if self.data.length > self.model.max_length:
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
+        kernel = self.model.attention.kernel
+        if self.train.head_metrics and not KERNELS.get(kernel).exact:
+            self._fail("train.head_metrics", f"needs attention weights, which model.attention."
+                       f"kernel={kernel!r} does not have (it is not softmax attention)")
 
 
 def from_dict(cls, data: dict, path: str | None = None):

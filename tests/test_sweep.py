@@ -129,7 +129,7 @@ def test_vmapped_runs_equal_solo_runs(tmp_path, compile_cache):
              ' {"seed": 2, "train.learning_rate": 2e-3, "model.attention.dropout_rate": 0.3}]')
     path = write_experiment(tmp_path, sweep)
     dropout = ["model.attention.dropout=probs_per_head", "model.attention.dropout_rate=0.1",
-               "model.residual_dropout=0.1"]
+               "model.residual_dropout=0.1", "train.head_metrics=true"]
     record = run_sweep(path, tmp_path / "sweep", launcher="vmap", overrides=dropout,
                        progress=False, log=quiet)
     assert [r["status"] for r in record["runs"]] == ["finished"] * 3
@@ -139,6 +139,7 @@ def test_vmapped_runs_equal_solo_runs(tmp_path, compile_cache):
         vmapped = read_metrics(tmp_path / "sweep" / run.name / "metrics.jsonl")
         solo = read_metrics(alone / "metrics.jsonl")
         assert [r["step"] for r in vmapped] == [r["step"] for r in solo] == [5, 10, 15, 20]
+        assert {"head_entropy/L0H1", "head_sink_mass/L0H0"} <= set(vmapped[0])   # per-head metrics
         for a, b in zip(vmapped, solo):
             assert set(a) == set(b)
             for key in set(a) - {"tokens_per_s"}:

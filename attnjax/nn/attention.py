@@ -76,13 +76,20 @@ class MultiHeadAttention(nn.Module):
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
     which computes the same function. When applied with ``mutable=["intermediates"]`` it also
-    sows ``max_logit`` (see ``max_causal_logit``) for diagnostics.
+    sows ``max_logit`` (see ``max_causal_logit``) for diagnostics, and with ``return_weights``
+    as well the queries and keys that meet in the scores (after qk-norm and the ``rotate``
+    hook) as ``queries`` ``[B, T, N, H]`` and ``keys`` ``[B, T, K, H]``.
+
+    ``head_gates`` ``[N]`` (optional) multiplies head h's output ``[B, T, N, H]`` by
+    ``head_gates[h]`` before the output projection: 0 knocks the head out, and the gradient
+    with respect to the gates is the head importance of Michel et al. 2019. ``None`` leaves
+    the computation untouched.
     """
     config: ModelConfig
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic: bool = True, decode: bool = False,
-                 return_weights: bool = False):
+                 return_weights: bool = False, head_gates=None):
         cfg, att = self.config, self.config.attention
         N, K, H = att.num_heads, att.kv_heads, cfg.head_dim
         dtype = jnp.dtype(cfg.dtype)
@@ -114,6 +121,9 @@ class MultiHeadAttention(nn.Module):
             scale = base_scale(att.scale, H, att.scale_multiplier)
         if self.is_mutable_collection("intermediates") and not decode:
             self.sow("intermediates", "max_logit", max_causal_logit(q, k, scale))
+            if return_weights:
+                self.sow("intermediates", "queries", q)
+                self.sow("intermediates", "keys", k)
         sink = None
         if att.sink == "learned":
             sink = self.param("sink", nn.initializers.zeros, (N,))
@@ -139,6 +149,8 @@ class MultiHeadAttention(nn.Module):
         out, weights = result if return_weights else (result, None)
         if return_weights:
             self.sow("intermediates", "attn_weights", weights)
+        if head_gates is not None:
+            out = out * jnp.asarray(head_gates)[:, None].astype(out.dtype)
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias, dtype=dtype,
                               name="out")(out)
         if att.dropout == "output":

@@ -12,10 +12,26 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from attnjax.config import ModelConfig
 from attnjax.nn.attention import NORMS, Dropout, MultiHeadAttention
 from attnjax.registry import POSITIONS
+
+
+def knockout_gates(config: ModelConfig, head_gates=None):
+    """``head_gates`` ``[num_layers, num_heads]`` with the ``attention.knockout`` heads set to
+    0, or ``None`` when there are neither gates nor knocked-out heads."""
+    shape = (config.num_layers, config.attention.num_heads)
+    if head_gates is not None and jnp.shape(head_gates) != shape:
+        raise ValueError(f"head_gates must have shape [num_layers, num_heads] = {list(shape)}, "
+                         f"got {list(jnp.shape(head_gates))}")
+    if not config.attention.knockout:
+        return head_gates
+    keep = np.ones(shape, np.float32)
+    for layer, head in config.attention.knockout:
+        keep[layer, head] = 0.0
+    return jnp.asarray(keep) if head_gates is None else head_gates * keep
 
 
 class FeedForward(nn.Module):
@@ -42,13 +58,15 @@ class Block(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False):
+    def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
+                 head_gates=None):
         cfg = self.config
         norm = lambda name: NORMS[cfg.norm](dtype=jnp.dtype(cfg.dtype), name=name)
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         attention = MultiHeadAttention(cfg, name="attention")
         mlp = FeedForward(cfg, name="mlp")
-        kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
+        kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights,
+                      head_gates=head_gates)
         if cfg.norm_position == "pre":
             y, weights = attention(norm("attention_norm")(x), positions, **kwargs)
             x = x + drop(y)
@@ -65,14 +83,20 @@ class DecoderLM(nn.Module):
 
     ``positions`` default to ``arange(T)``; with ``decode=True`` they continue from the
     number of tokens already decoded (a counter in the ``cache`` collection).
+
+    ``head_gates`` ``[num_layers, num_heads]`` multiplies each head's output before its
+    layer's output projection (see ``MultiHeadAttention``); the heads listed in
+    ``attention.knockout`` are gated to 0 on top, in training and evaluation alike. With no
+    gates and no knockout nothing is multiplied (the computation is exactly the ungated one).
     """
     config: ModelConfig
 
     @nn.compact
     def __call__(self, tokens, positions=None, *, deterministic: bool = True,
-                 decode: bool = False, return_weights: bool = False):
+                 decode: bool = False, return_weights: bool = False, head_gates=None):
         cfg = self.config
         dtype = jnp.dtype(cfg.dtype)
+        head_gates = knockout_gates(cfg, head_gates)
         if positions is None:
             offset = 0
             if decode:
@@ -91,8 +115,10 @@ class DecoderLM(nn.Module):
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         weights = []
         for i in range(cfg.num_layers):
-            x, w = Block(cfg, name=f"block_{i}")(x, positions, deterministic=deterministic,
-                                                 decode=decode, return_weights=return_weights)
+            x, w = Block(cfg, name=f"block_{i}")(
+                x, positions, deterministic=deterministic, decode=decode,
+                return_weights=return_weights,
+                head_gates=None if head_gates is None else head_gates[i])
             weights.append(w)
         if cfg.norm_position == "pre":
             x = NORMS[cfg.norm](dtype=dtype, name="final_norm")(x)

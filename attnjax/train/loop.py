@@ -60,7 +60,9 @@ def prepare_workdir(workdir: str | Path, config: Config) -> Path:
     stored = workdir / "config.json"
     if stored.exists():
         as_json = json.loads(json.dumps(to_dict(config)))  # tuples read back as lists
-        changed = _differences(json.loads(stored.read_text()), as_json)
+        # through the dataclasses, so fields added since the run started take their defaults
+        before = json.loads(json.dumps(to_dict(from_dict(Config, json.loads(stored.read_text())))))
+        changed = _differences(before, as_json)
         if changed:
             raise ValueError(f"workdir {str(workdir)!r} holds a run with another config "
                              f"({'; '.join(changed[:3])}); use a new --workdir")

@@ -115,15 +115,23 @@ def make_eval_step(config: Config) -> Callable:
 
 
 def make_diagnostics(config: Config) -> Callable:
-    """``diagnostics(params, batch) -> {"max_attn_logit"}``: the largest causal attention logit
-    over all layers and heads (sown by the attention modules)."""
+    """``diagnostics(params, batch) -> {"max_attn_logit", ...}``: the largest causal attention
+    logit over all layers and heads (sown by the attention modules) and, with
+    ``train.head_metrics``, every head's statistics (``attnjax.analysis.diagnostics``)."""
     model = DecoderLM(config.model)
+    head_metrics = None
+    if config.train.head_metrics:
+        from attnjax.analysis.diagnostics import make_head_metrics  # analysis builds on train
+        head_metrics = make_head_metrics(config)
 
     def diagnostics(params, batch):
         _, variables = model.apply({"params": params}, batch["inputs"],
                                    mutable=["intermediates"])
         found = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(variables)
                  if "max_logit" in jax.tree_util.keystr(path)]
-        return {"max_attn_logit": jnp.max(jnp.stack(found))}
+        out = {"max_attn_logit": jnp.max(jnp.stack(found))}
+        if head_metrics is not None:
+            out.update(head_metrics(params, batch["inputs"]))
+        return out
 
     return diagnostics
