@@ -241,7 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # KEY=VALUE overrides may also come after the options (``--workdir DIR k=v``)
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-")
+                                                    for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
     except (ValueError, FileNotFoundError) as error:  # bad input: one line, no traceback
