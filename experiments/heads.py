@@ -13,8 +13,8 @@ from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, Po
 from attnjax.sweep import cross
 
 TASKS = [
-    {"data.task": "text", "train.batch_size": 16},
-    {"data.task": "induction", "data.vocab_size": 32, "train.batch_size": 32},
+    {"data.task": "text", "train.batch_size": 16, "train.steps": 600},
+    {"data.task": "induction", "data.vocab_size": 32, "train.batch_size": 32, "train.steps": 800},
 ]
 HEADS = [{"model.attention.num_heads": n} for n in (1, 2, 4, 8, 16)] + [
     {"model.attention.num_heads": 8, "model.attention.num_kv_heads": 1},    # MQA
@@ -28,9 +28,10 @@ def get_config() -> Config:
                           attention=AttentionConfig(num_heads=4),
                           position=PositionConfig("rope")),
         data=DataConfig(task="text", path=None, length=32),
+        # constant learning rate after warmup: the induction circuit forms sooner
         train=TrainConfig(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=50,
-                          weight_decay=0.0, steps_per_dispatch=10, log_every=50,
-                          eval_every=200, checkpoint_every=600, eval_batches=4,
+                          final_lr_fraction=1.0, weight_decay=0.0, steps_per_dispatch=10,
+                          log_every=50, eval_every=200, checkpoint_every=400, eval_batches=4,
                           eval_batch_size=32),
         seed=0)
 

@@ -37,12 +37,14 @@ def get_config() -> Config:
 
 
 # The sweep's task and schedule (see the docstring for why it is the induction task)
-RECALL = {"data.task": "induction", "data.vocab_size": 32, "train.batch_size": 32,
-          "train.steps": 600}
-LENGTHS = [{"data.length": n, "model.max_length": n} for n in (32, 64)]
+RECALL = {"data.task": "induction", "data.vocab_size": 32, "train.steps": 600,
+          "train.final_lr_fraction": 1.0}
+# equal tokens per step (1024) at both lengths
+LENGTHS = [{"data.length": 32, "model.max_length": 32, "train.batch_size": 32},
+           {"data.length": 64, "model.max_length": 64, "train.batch_size": 16}]
 KERNELS = [{"model.attention.kernel": "reference"},
            {"model.attention.kernel": "linear"},
-           {"model.attention.kernel": "reference", "model.attention.window": 8}]
+           {"model.attention.kernel": "reference", "model.attention.window": 16}]
 
 
 def get_sweep() -> list[dict]:
