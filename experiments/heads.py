@@ -5,7 +5,26 @@ task and on byte-level text.
     attnjax sweep experiments/heads.py --workdir runs/heads --launcher vmap
     attnjax report runs/heads
 
-RESULTS
+Settings in ``TASKS``: byte-level text (600 steps, batch 16) and the induction recall task
+(vocabulary 32, 800 steps, batch 32); 2 layers, width 64, one seed.
+Runtime on 2 shared CPU cores: about 10 minutes with ``--launcher vmap`` (load ~5).
+Expected: with head_dim = d / heads, very many heads starve each head's dimension and one
+head cannot attend to several things at once, so quality peaks at a moderate count; MQA/GQA
+trade a little quality for a smaller KV cache (Shazeer 2019; Ainslie et al. 2023).
+Measured (2026-11-29, validation loss / accuracy):
+
+    heads (kv)   text           induction (800 steps)
+    1            2.188 / 0.433  2.312 / 0.250
+    2            2.100 / 0.454  2.301 / 0.260
+    4            2.059 / 0.466  2.315 / 0.267
+    8            2.061 / 0.460  2.257 / 0.285
+    16           2.210 / 0.422  2.386 / 0.223
+    8 (1, MQA)   2.146 / 0.442  2.472 / 0.239
+    8 (2, GQA)   2.124 / 0.452  2.413 / 0.244
+
+On text 4-8 heads are best and 16 heads (head_dim 4) is as bad as 1; MQA costs 0.09 and GQA
+0.06 nats against 8 full heads. The induction task had not formed its circuit in 800 steps
+(accuracy <= 0.29 everywhere), so its column shows the plateau, not the head-count effect.
 """
 
 from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,

@@ -16,7 +16,22 @@ Measured (2026-11-29): still on that plateau after 4000 steps (64k examples): va
 loss 1.340, accuracy 0.28. Zoology trains on ~6.4M examples (100k x 64 epochs), about 100x
 more.
 
-RESULTS
+Sweep (``get_sweep``): softmax attention vs linear attention vs a sliding window of 16 at
+lengths 32 and 64, on the recall task of ``RECALL`` (induction-style: the model must find the
+earlier occurrence of the current token and copy what followed it; the Zoology setting above
+stays on its plateau within a CPU budget), 600 steps at equal tokens per step.
+Runtime on 2 shared CPU cores: about 6 minutes with ``--launcher vmap`` (load ~5).
+Expected (Zoology, REFERENCES.md): softmax attention recalls at every length; linear attention
+and short windows fall as the sequence grows.
+Measured (2026-11-29, one seed, validation loss / accuracy at the training length):
+
+    length  softmax        linear         window 16
+    32      0.363 / 0.902  1.656 / 0.476  2.216 / 0.325
+    64      1.458 / 0.619  2.605 / 0.233  3.364 / 0.069
+
+Softmax attention is far ahead at both lengths and the gap widens with length, as expected;
+at 64 it has not finished learning in 600 steps (Zoology's ~1.0 needs far more examples). A
+window of 16 cannot reach the first copy at length 64 at all (accuracy 0.07).
 """
 
 from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
@@ -37,8 +52,8 @@ def get_config() -> Config:
 
 
 # The sweep's task and schedule (see the docstring for why it is the induction task)
-RECALL = {"data.task": "induction", "data.vocab_size": 32, "train.steps": 600,
-          "train.final_lr_fraction": 1.0}
+RECALL = {"data.task": "induction", "data.vocab_size": 32, "model.vocab_size": 32,
+          "train.steps": 600, "train.final_lr_fraction": 1.0}
 # equal tokens per step (1024) at both lengths
 LENGTHS = [{"data.length": 32, "model.max_length": 32, "train.batch_size": 32},
            {"data.length": 64, "model.max_length": 64, "train.batch_size": 16}]

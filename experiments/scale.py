@@ -9,7 +9,7 @@ et al.). Runs: scale 1/sqrt(d) x {0.5, 1, 2} (``scale_multiplier``, one vmapped 
 qk-norm) with qk_norm none / rms / layer, scale 1/d without qk-norm, and the kappa probe
 (``qk_norm=kappa``: q and k normalised to RMS sqrt(kappa), no gain) for kappa in 1..1e4.
 
-Runtime on 2 shared CPU cores: RUNTIME
+Runtime on 2 shared CPU cores: about 5 minutes with ``--launcher vmap`` (load ~5).
 
 Expected (REFERENCES.md): 1/sqrt(d) keeps q.k at unit variance; Wortsman et al. 2023: attention
 logit growth makes high learning rates unstable and per-head qk-layernorm removes it; with q
