@@ -1,44 +1,31 @@
-"""``DIR/sweep.json``: what a sweep is and how far it got. Written only by the launching
-process, atomically, after every change, so a killed sweep leaves a readable record.
+"""A sweep's record (``sweep.json`` of a sweep directory, see ``attnjax.rundir``): what the
+sweep is and how far it got. Written only by the launching process, atomically, after every
+change, so a killed sweep leaves a readable record.
 
     {"experiment": "experiments/heads.py", "overrides": ["train.steps=100"],
      "launcher": "vmap",
      "runs": [{"name": "num_heads=4,seed=1", "overrides": {...},
                "status": "pending" | "running" | "finished" | "failed" | "interrupted",
-               "error": null | "ValueError: ...", "summary": null | {...summary.json...},
+               "error": null | "ValueError: ...", "summary": null | {...the run's summary...},
                "evals": {"rope+yarn": {"64": {"loss": ..., "accuracy": ...}}}}]}
 
-A run's directory is ``DIR/<name>``; its own files (summary.json, checkpoints) are the truth
-the launcher resumes from, and the record mirrors them.
+Each run's own directory is the truth the launcher resumes from; the record mirrors it.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from attnjax.rundir import SweepDir
 from attnjax.sweep.spec import Run
-from attnjax.train.loop import write_json_atomic
-
-RECORD = "sweep.json"
 
 
-def load_record(directory: str | Path) -> dict:
-    path = Path(directory) / RECORD
-    if not path.is_file():
-        raise ValueError(f"{str(directory)!r} is not a sweep directory (no {RECORD})")
-    return json.loads(path.read_text())
-
-
-def open_record(directory: Path, experiment: str, overrides: list[str], launcher: str,
+def open_record(sweep_dir: SweepDir, experiment: str, overrides: list[str], launcher: str,
                 runs: list[Run]) -> dict:
     """The sweep's record, created or checked against an existing one (same experiment and
     overrides; new runs of an edited ``get_sweep()`` are appended as pending)."""
-    path = directory / RECORD
-    if path.is_file():
-        record = json.loads(path.read_text())
+    if sweep_dir.exists():
+        record = sweep_dir.record()
         if record["overrides"] != list(overrides):
-            raise ValueError(f"{str(directory)!r} holds a sweep run with overrides "
+            raise ValueError(f"{str(sweep_dir.path)!r} holds a sweep run with overrides "
                              f"{record['overrides']}, not {list(overrides)}; use a new --workdir")
     else:
         record = {"experiment": str(experiment), "overrides": list(overrides), "runs": []}
@@ -49,13 +36,8 @@ def open_record(directory: Path, experiment: str, overrides: list[str], launcher
             record["runs"].append({"name": run.name, "overrides": run.overrides,
                                    "status": "pending", "error": None, "summary": None,
                                    "evals": {}})
-    save_record(directory, record)
+    sweep_dir.save(record)
     return record
-
-
-def save_record(directory: Path, record: dict):
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / RECORD, record)
 
 
 def entry(record: dict, name: str) -> dict:

@@ -9,21 +9,19 @@ only, e.g. a RoPE checkpoint with YaRN scaling. An experiment declares them with
 Every finished run whose config matches all of ``run`` is evaluated at its training length
 and each ``data.eval_lengths``; ``scale_with_length`` sets ``model.position.rope_scale =
 max(1, eval_length / data.length)`` per length (the factor s of PI, NTK and YaRN). Results go
-to ``<run>/evals/<label>.json`` and the sweep record (``evals``).
+to the run directory (``RunDir.write_eval_variant``) and the sweep record (``evals``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnjax.config import Config, apply_overrides, to_dict
 from attnjax.data import load_dataset
 from attnjax.experiment import load_experiment
-from attnjax.generate import load_params
-from attnjax.sweep.record import entry, save_record
+from attnjax.sweep.record import entry
 from attnjax.sweep.spec import Run
-from attnjax.train.loop import evaluate, write_json_atomic
+from attnjax.train.loop import evaluate
 
 _KEYS = {"label", "run", "overrides", "scale_with_length"}
 
@@ -76,18 +74,20 @@ def evaluate_variants(sweep, runs: list[Run], variants: list[dict]):
         item = entry(sweep.record, run.name)
         if item["status"] != "finished":
             continue
+        run_dir = sweep.run_dir(run)
+        done = run_dir.evals()
         for variant in (v for v in variants if _matches(run.config, v["run"])):
-            path = sweep.run_dir(run) / "evals" / f"{variant['label']}.json"
-            if not path.exists():
-                config, params, _ = load_params(sweep.run_dir(run), "best")
+            label = variant["label"]
+            if label not in done:
+                config, params, _ = run_dir.params("best")
                 results = {}
                 for length in (config.data.length,) + config.data.eval_lengths:
                     scaled = variant_config(config, variant, length)
                     results[str(length)] = evaluate(scaled, params, load_dataset(scaled.data),
                                                     [length])[length]
-                path.parent.mkdir(exist_ok=True)
-                write_json_atomic(path, results)
-                sweep.log(f"  {run.name} + {variant['label']}: " + ", ".join(
+                run_dir.write_eval_variant(label, results)
+                done[label] = results
+                sweep.log(f"  {run.name} + {label}: " + ", ".join(
                     f"{k}: {v['loss']:.3f}" for k, v in results.items()))
-            item.setdefault("evals", {})[variant["label"]] = json.loads(path.read_text())
-    save_record(sweep.directory, sweep.record)
+            item.setdefault("evals", {})[label] = done[label]
+    sweep.save()

@@ -1,5 +1,5 @@
-"""Run outputs: ``metrics.jsonl`` (one JSON object per logged step), TensorBoard events, and a
-progress bar with ETA and the current loss.
+"""Run outputs: a run directory's metrics (one JSON object per logged step) and TensorBoard
+events (``attnjax.rundir``), and a progress bar with ETA and the current loss.
 
 On resume the metrics file is cut back to the restored step (and a torn last line from a kill
 is dropped), so a resumed run's file equals an uninterrupted run's.
@@ -10,35 +10,23 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from pathlib import Path
 
 from tqdm import tqdm
 
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """Every complete record of a ``metrics.jsonl`` (a torn last line is ignored)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return records
+from attnjax.rundir import RunDir
 
 
 class MetricsWriter:
-    """Appends records to ``workdir/metrics.jsonl`` and scalars to TensorBoard."""
+    """Appends records to a run's metrics file and scalars to its TensorBoard events."""
 
-    def __init__(self, workdir: Path, resume_step: int):
-        self.path = workdir / "metrics.jsonl"
-        kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
+    def __init__(self, run_dir: RunDir, resume_step: int):
+        self.path = run_dir.metrics_path
+        kept = [r for r in run_dir.metrics() if r["step"] <= resume_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         from tensorboardX import SummaryWriter
         logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)  # NaN: metrics.jsonl has it
-        self.tensorboard = SummaryWriter(str(workdir / "tensorboard"), purge_step=resume_step + 1)
+        self.tensorboard = SummaryWriter(str(run_dir.tensorboard_dir),
+                                         purge_step=resume_step + 1)
 
     def write(self, step: int, record: dict):
         record = {"step": int(step), **{k: _plain(v) for k, v in record.items()}}

@@ -1,17 +1,16 @@
-"""The training loop, evaluation, and the run directory.
+"""The training loop and evaluation.
 
-``train(config, workdir)`` writes ``config.json``, ``metrics.jsonl``, TensorBoard events,
-``ckpt/`` and, when finished, ``summary.json``. Called again with the same config it resumes
-from the newest good checkpoint and continues exactly as if never stopped (batches and dropout
-are functions of (seed, step)); with a finished run it just returns the summary. SIGTERM saves
-a checkpoint and returns cleanly.
+``train(config, workdir)`` fills a run directory (``attnjax.rundir``): the config, metrics,
+TensorBoard events, checkpoints and, when finished, the summary. Called again with the same
+config it resumes from the newest good checkpoint and continues exactly as if never stopped
+(batches and dropout are functions of (seed, step)); with a finished run it just returns the
+summary. SIGTERM saves a checkpoint and returns cleanly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -20,62 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.config import Config, from_dict, to_dict
+from attnjax.config import Config, to_dict
 from attnjax.data import Dataset, load_dataset
+from attnjax.rundir import RunDir
 from attnjax.train import hyper
-from attnjax.train.checkpoint import Checkpoints
-from attnjax.train.logging import MetricsWriter, Progress, read_metrics
+from attnjax.train.logging import MetricsWriter, Progress
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
-
-
-def write_json_atomic(path: Path, data: dict):
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
-    return out
-
-
-def prepare_workdir(workdir: str | Path, config: Config) -> Path:
-    """Create ``workdir`` and store the config, or check it matches the stored one."""
-    workdir = Path(workdir)
-    try:
-        (workdir / "ckpt").mkdir(parents=True, exist_ok=True)
-        probe = workdir / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(f"workdir {str(workdir)!r} is not writable ({error.strerror})") from None
-    stored = workdir / "config.json"
-    if stored.exists():
-        as_json = json.loads(json.dumps(to_dict(config)))  # tuples read back as lists
-        # through the dataclasses, so fields added since the run started take their defaults
-        before = json.loads(json.dumps(to_dict(from_dict(Config, json.loads(stored.read_text())))))
-        changed = _differences(before, as_json)
-        if changed:
-            raise ValueError(f"workdir {str(workdir)!r} holds a run with another config "
-                             f"({'; '.join(changed[:3])}); use a new --workdir")
-    else:
-        write_json_atomic(stored, to_dict(config))
-    return workdir
-
-
-def load_config(workdir: str | Path) -> Config:
-    path = Path(workdir) / "config.json"
-    if not path.exists():
-        raise ValueError(f"{str(workdir)!r} is not a run directory (no config.json)")
-    return from_dict(Config, json.loads(path.read_text()))
 
 
 def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
@@ -185,67 +136,63 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     """Train runs of one structure (``hyper.structure``) in lockstep as one vmapped program;
     each run's directory ends up as if it had been trained alone by ``train``. Finished runs
     return their summary; runs resuming from different steps are trained as separate groups."""
-    configs, workdirs = list(configs), [Path(w) for w in workdirs]
+    configs, runs = list(configs), [RunDir(w) for w in workdirs]
     if len({hyper.structure(c) for c in configs}) > 1:
         raise ValueError("runs trained as one group must differ only in "
                          f"{', '.join(hyper.VALUES)}")
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
-    for config, workdir in zip(configs, workdirs):
-        prepare_workdir(workdir, config)
-    summaries = [read_summary(w) for w in workdirs]
+    for config, run in zip(configs, runs):
+        run.prepare(config)
+    summaries = [run.summary() for run in runs]
     todo = [i for i, s in enumerate(summaries) if s is None]
     if len(todo) < len(configs):
         if todo:
-            done = train_group([configs[i] for i in todo], [workdirs[i] for i in todo],
+            done = train_group([configs[i] for i in todo], [runs[i].path for i in todo],
                                devices=devices, progress=progress)
             for i, summary in zip(todo, done):
                 summaries[i] = summary
         return summaries
-    checkpoints = [Checkpoints(w / "ckpt", c.train.keep_best) for c, w in zip(configs, workdirs)]
-    restored = [ckpt.restore(init_state(c)) for ckpt, c in zip(checkpoints, configs)]
-    starts = [start or 0 for _, start in restored]
-    if len(set(starts)) > 1:
-        for ckpt in checkpoints:
-            ckpt.close()
-        for start in sorted(set(starts)):
-            members = [i for i, s in enumerate(starts) if s == start]
-            done = train_group([configs[i] for i in members], [workdirs[i] for i in members],
-                               devices=devices, progress=progress)
-            for i, summary in zip(members, done):
-                summaries[i] = summary
-        return summaries
-    states = [state if state is not None else init_state(c)
-              for (state, _), c in zip(restored, configs)]
-    return _run_lockstep(configs, workdirs, checkpoints, states, starts[0], runner, dataset,
-                         group, progress)
-
-
-def read_summary(workdir: str | Path) -> dict | None:
-    """A run's ``summary.json`` (written last, atomically), or None if it has not finished."""
-    path = Path(workdir) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    with contextlib.ExitStack() as cleanup:    # the managers are closed on every way out
+        checkpoints = [cleanup.enter_context(contextlib.closing(run.checkpoints(c.train.keep_best)))
+                       for c, run in zip(configs, runs)]
+        restored = [ckpt.restore(init_state(c)) for ckpt, c in zip(checkpoints, configs)]
+        starts = [start or 0 for _, start in restored]
+        if len(set(starts)) == 1:
+            states = [state if state is not None else init_state(c)
+                      for (state, _), c in zip(restored, configs)]
+            return _run_lockstep(configs, runs, checkpoints, states, starts[0], runner, dataset,
+                                 group, progress)
+    for start in sorted(set(starts)):
+        members = [i for i, s in enumerate(starts) if s == start]
+        done = train_group([configs[i] for i in members], [runs[i].path for i in members],
+                           devices=devices, progress=progress)
+        for i, summary in zip(members, done):
+            summaries[i] = summary
+    return summaries
 
 
 def _unstack(state, r: int, group):
     return jax.tree_util.tree_map(lambda x: x[r], state) if group else state
 
 
-def _run_lockstep(configs, workdirs, checkpoints, states, start, runner, dataset, group,
+def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset, group,
                   progress) -> list[dict]:
     config, cfg = configs[0], configs[0].train
     runs = range(len(configs))
     state = runner.place(_stack(states) if group else states[0])
     values = hyper.as_arrays(configs, stacked=bool(group))
-    writers = [MetricsWriter(w, start) for w in workdirs]
-    bar = Progress(cfg.steps, start, enabled=progress)
     tokens_per_step = cfg.batch_size * config.data.length
     step, records, results = start, [{} for _ in runs], None
     # Training seconds only: each dispatch is timed up to the next sync point (a log), so
     # evaluation and checkpoint time is left out; the first dispatch (compilation) is too.
     compiled, train_seconds, timed_steps, interval_seconds, interval_steps = False, 0.0, 0, 0.0, 0
-    with _StopFlag() as stop:
+    with _StopFlag() as stop, contextlib.ExitStack() as cleanup:   # writers closed on every exit
+        writers = [cleanup.enter_context(contextlib.closing(MetricsWriter(run_dir, start)))
+                   for run_dir in run_dirs]
+        bar = cleanup.enter_context(contextlib.closing(Progress(cfg.steps, start,
+                                                                enabled=progress)))
         while step < cfg.steps and not stop.raised:
             host_batch = (None if dataset.on_device else _per_run_batches(
                 configs, dataset, step, cfg.batch_size, config.data.length, "train", group))
@@ -273,8 +220,8 @@ def _run_lockstep(configs, workdirs, checkpoints, states, start, runner, dataset
                     if not cfg.entropy_reg:
                         del records[r]["attention_entropy"]
                     if interval_steps:
-                        records[r]["tokens_per_s"] = (interval_steps * tokens_per_step * len(configs)
-                                                      / interval_seconds)
+                        records[r]["tokens_per_s"] = (
+                            interval_steps * tokens_per_step * len(configs) / interval_seconds)
                     records[r].update(diagnostics[r])
                     if due_eval:
                         records[r].update(_eval_record(results[r], config.data.length))
@@ -295,19 +242,14 @@ def _run_lockstep(configs, workdirs, checkpoints, states, start, runner, dataset
                                         to_dict(configs[r]), records[r]["val_loss"])
     for ckpt in checkpoints:
         ckpt.wait()
-    bar.close()
-    for writer in writers:
-        writer.close()
     if step < cfg.steps:
-        for ckpt in checkpoints:
-            ckpt.close()
         return [{"status": "interrupted", "step": step} for _ in runs]
     final_state = runner.unplace(state)
     final = results or _evaluate_group(configs, final_state.params, dataset, None, group)
     summaries = []
     for r in runs:
         # a run killed after its last checkpoint but before its summary logs nothing when rerun
-        logged = read_metrics(workdirs[r] / "metrics.jsonl")
+        logged = run_dirs[r].metrics()
         summary = {
             "status": "finished", "step": step,
             "skipped_updates": int(_unstack(final_state, r, group).skipped),
@@ -317,8 +259,7 @@ def _run_lockstep(configs, workdirs, checkpoints, states, start, runner, dataset
                              if train_seconds else None),
             "eval": {str(length): v for length, v in final[r].items()},
         }
-        checkpoints[r].close()
-        write_json_atomic(workdirs[r] / "summary.json", summary)
+        run_dirs[r].write_summary(summary)
         summaries.append(summary)
     return summaries
 
