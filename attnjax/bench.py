@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from attnjax.ops import dot_product_attention
-from attnjax.registry import KERNELS
+from attnjax.registry import KERNELS, POSITIONS
 
 
 def measure(kernel: str, length: int, *, batch=1, heads=4, head_dim=32, repeats=3) -> dict:
@@ -44,7 +44,7 @@ def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> 
     """Measure every exact kernel available on this backend at each length; print a table,
     and write JSON to ``out`` if given."""
     kernels = kernels or [n for n, s in KERNELS.items()
-                          if s.exact and not (n == "cudnn" and jax.default_backend() != "gpu")]
+                          if s.exact and s.available()]
     rows = []
     for length in lengths:
         base = None
@@ -56,7 +56,8 @@ def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> 
             rows.append(row)
             print(f"{kernel:>10} T={length:>6}  fwd {row['forward_temp_mb']:9.1f} MB "
                   f"{row['forward_s'] * 1e3:8.1f} ms   grad {row['grad_temp_mb']:9.1f} MB "
-                  f"{row['grad_s'] * 1e3:8.1f} ms   grad memory x{row['grad_mem_vs_' + base['kernel']]:.3f}"
+                  f"{row['grad_s'] * 1e3:8.1f} ms   grad memory "
+                  f"x{row['grad_mem_vs_' + base['kernel']]:.3f}"
                   f"  time x{row['grad_time_vs_' + base['kernel']]:.2f} (vs {base['kernel']})",
                   flush=True)
     if out:
@@ -85,12 +86,14 @@ def matmul_peak_flops(sizes=(512, 1024, 2048), repeats: int = 20) -> float:
 
 def model_flops_per_token(config) -> float:
     """Training FLOPs per token: ``6 N + 12 L d T`` (PaLM, appendix B), with N the parameters
-    of every matmul including the (tied) output projection, L layers, d width, T context."""
+    of every matmul including the (tied) output projection (not the position encoding's lookup
+    tables), L layers, d width, T context."""
     from attnjax.train.state import init_params
     params = init_params(config)
+    tables = POSITIONS.get(config.model.position.kind).tables    # lookups, not matmuls
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     matmul = sum(leaf.size for path, leaf in flat
-                 if leaf.ndim >= 2 and "position" not in jax.tree_util.keystr(path))
+                 if leaf.ndim >= 2 and getattr(path[-1], "key", None) not in tables)
     m = config.model
     return 6 * matmul + 12 * m.num_layers * m.d_model * config.data.length
 

@@ -1,20 +1,59 @@
 """Typed, frozen, validated configuration: dataclasses, dict/JSON round-trip, dotted overrides.
 
 Every field is checked when a config is built, with a one-line ``ValueError`` that names the
-dotted field (``model.attention.num_heads``) and, for a choice, the valid values. Impossible
-combinations (width not divisible by heads, a kernel that cannot honour an option) fail here,
-before anything is traced or compiled.
+dotted field (``model.attention.num_heads``) and, for a choice, the valid values:
+
+- its type, and for a number its valid range (declared once, next to the field, with
+  ``_number``; floats must also be finite);
+- a choice that is a registry name (kernel, position encoding, qk-norm, scale policy, sink,
+  dropout placement, data task) is looked up in ``attnjax.registry``;
+- a field that only one kind reads (``qk_kappa`` for ``qk_norm='kappa'``, ``block_q`` for the
+  chunked kernel, the ``rope_*`` fields for RoPE, ...) is refused under any other kind when it
+  is set to anything but its default: it would mean nothing;
+- impossible combinations (width not divisible by heads, a kernel that cannot honour an
+  option, a learned position table evaluated past its rows) fail here, before anything is
+  traced, compiled or written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from typing import Any, Literal
 
-from attnjax.registry import KERNELS, POSITIONS
+from attnjax.ops.positions import ROPE_SCHEDULES
+from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS, TASKS, Registry
+
+
+def _number(default, *, ge=None, gt=None, le=None, lt=None):
+    """A numeric field and its valid range (``None`` values are not range-checked)."""
+    return dataclasses.field(default=default, metadata={"range": (ge, gt, le, lt)})
+
+
+def _choice(default: str, registry: Registry):
+    """A field whose value is a name in ``registry``."""
+    return dataclasses.field(default=default, metadata={"registry": registry})
+
+
+def range_text(bounds) -> str:
+    """``[0, 1)``, ``>= 1``, ``> 0`` ... for ``(ge, gt, le, lt)``."""
+    ge, gt, le, lt = bounds
+    low, high = (ge if gt is None else gt), (le if lt is None else lt)
+    if low is not None and high is not None:
+        return f"in {'[' if gt is None else '('}{low:g}, {high:g}{']' if lt is None else ')'}"
+    if low is not None:
+        return f"{'>=' if gt is None else '>'} {low:g}"
+    return f"{'<=' if lt is None else '<'} {high:g}"
+
+
+def in_range(value, bounds) -> bool:
+    ge, gt, le, lt = bounds
+    return ((ge is None or value >= ge) and (gt is None or value > gt)
+            and (le is None or value <= le) and (lt is None or value < lt))
+
 
 def _check_value(path: str, hint, value):
     """Return ``value`` converted to ``hint`` (int -> float only) or raise naming ``path``."""
@@ -42,23 +81,61 @@ def _check_value(path: str, hint, value):
         return float(value)
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise ValueError(f"{path} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
+    if hint is float and not math.isfinite(value):
+        raise ValueError(f"{path} must be finite, got {value!r}")
     return value
+
+
+def _check_range(path: str, value, bounds):
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if v is not None and not in_range(v, bounds):
+            raise ValueError(f"{path} must be {range_text(bounds)}, got {v!r}")
 
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def field_default(field: dataclasses.Field):
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
 class _Validated:
-    """Mixin: type-check every field on construction, then run ``_validate``."""
+    """Mixin: type-, range- and choice-check every field on construction, refuse settings the
+    chosen kinds do not read (``KINDS``), then run ``_validate``.
+
+    ``KINDS``: ``(selector field, registry, entry attribute)`` triples: the entry attribute of
+    every registry entry names the fields of this class only that entry reads."""
     PATH = ""
+    KINDS: tuple = ()
 
     def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
         for field in dataclasses.fields(self):
-            hint = typing.get_type_hints(type(self))[field.name]
-            value = _check_value(_join(self.PATH, field.name), hint, getattr(self, field.name))
+            path = _join(self.PATH, field.name)
+            value = _check_value(path, hints[field.name], getattr(self, field.name))
+            if "range" in field.metadata:
+                _check_range(path, value, field.metadata["range"])
+            if "registry" in field.metadata:
+                field.metadata["registry"].get(value, path)
             object.__setattr__(self, field.name, value)
+        self._check_kind_fields()
         self._validate()
+
+    def _check_kind_fields(self):
+        defaults = {f.name: field_default(f) for f in dataclasses.fields(self)}
+        for selector, registry, attribute in self.KINDS:
+            chosen = getattr(self, selector)
+            readers: dict[str, list[str]] = {}
+            for name, entry in registry.items():
+                for field in getattr(entry, attribute):
+                    readers.setdefault(field, []).append(name)
+            for field, kinds in readers.items():
+                value = getattr(self, field)
+                if chosen not in kinds and value != defaults[field]:
+                    self._fail(field, f"={value!r} means nothing with {selector}={chosen!r}; it "
+                               f"is read by {selector}={' or '.join(map(repr, kinds))}")
 
     def _validate(self):
         pass
@@ -70,46 +147,35 @@ class _Validated:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig(_Validated):
-    """The attention module's slots (see docs/ARCHITECTURE.md)."""
+    """The attention module's slots (see docs/ARCHITECTURE.md and ``attnjax.nn.slots``)."""
     PATH = "model.attention"
-    num_heads: int = 4
-    num_kv_heads: int | None = None            # None = num_heads (MHA); 1 = MQA; else GQA
-    kernel: str = "reference"                 # a name in attnjax.registry.KERNELS
-    block_q: int = 512                        # chunked kernel block sizes
-    block_k: int = 512
+    KINDS = (("kernel", KERNELS, "settings"), ("qk_norm", QK_NORMS, "reads"),
+             ("dropout", DROPOUTS, "reads"))
+    num_heads: int = _number(4, ge=1)
+    num_kv_heads: int | None = _number(None, ge=1)   # None = num_heads (MHA); 1 = MQA; else GQA
+    kernel: str = _choice("reference", KERNELS)
+    block_q: int | None = _number(None, ge=1)       # chunked kernel blocks (None: its default)
+    block_k: int | None = _number(None, ge=1)
     fused_qkv: bool = True
     use_bias: bool = False
-    qk_norm: Literal["none", "rms", "layer", "kappa"] = "none"   # kappa: fixed RMS sqrt(qk_kappa)
-    qk_kappa: float = 1.0
-    scale: Literal["inv_sqrt_d", "inv_d", "constant", "learned"] = "inv_sqrt_d"
-    scale_multiplier: float = 1.0              # logits *= multiplier * policy (constant: multiplier)
-    logit_soft_cap: float | None = None
-    sink: Literal["none", "learned", "plus_one"] = "none"
-    dropout: Literal["none", "probs_shared", "probs_per_head", "output"] = "none"
-    dropout_rate: float = 0.0
-    window: int | None = None                 # sliding window: each query sees its last `window` keys
+    qk_norm: str = _choice("none", QK_NORMS)        # kappa: fixed RMS sqrt(qk_kappa)
+    qk_kappa: float = _number(1.0, gt=0)
+    scale: str = _choice("inv_sqrt_d", SCALES)
+    scale_multiplier: float = _number(1.0, gt=0)    # logits *= multiplier * policy
+    logit_soft_cap: float | None = _number(None, gt=0)
+    sink: str = _choice("none", SINKS)
+    dropout: str = _choice("none", DROPOUTS)
+    dropout_rate: float = _number(0.0, ge=0, lt=1)
+    window: int | None = _number(None, ge=1)        # each query sees its last `window` keys
     knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
 
     def _validate(self):
-        KERNELS.get(self.kernel, f"{self.PATH}.kernel")
-        for name in ("num_heads", "block_q", "block_k"):
-            if getattr(self, name) < 1:
-                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.num_kv_heads is not None and (
-                self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
-            self._fail("num_kv_heads", f"={self.num_kv_heads} must be >= 1 and divide "
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            self._fail("num_kv_heads", f"={self.num_kv_heads} must divide "
                        f"num_heads={self.num_heads}")
-        if not 0.0 <= self.dropout_rate < 1.0:
-            self._fail("dropout_rate", f"must be in [0, 1), got {self.dropout_rate}")
         if self.dropout != "none" and self.dropout_rate == 0.0:
             self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
                        "dropout='none'")
-        if self.qk_kappa <= 0:
-            self._fail("qk_kappa", f"must be > 0, got {self.qk_kappa}")
-        if self.logit_soft_cap is not None and self.logit_soft_cap <= 0:
-            self._fail("logit_soft_cap", f"must be > 0, got {self.logit_soft_cap}")
-        if self.window is not None and self.window < 1:
-            self._fail("window", f"must be >= 1, got {self.window}")
 
     @property
     def kv_heads(self) -> int:
@@ -120,68 +186,61 @@ class AttentionConfig(_Validated):
 class PositionConfig(_Validated):
     """Which position encoding, and its settings. ``kind`` is a name in ``POSITIONS``."""
     PATH = "model.position"
-    kind: str = "rope"
-    rope_base: float = 10000.0
-    rope_fraction: float = 1.0                  # fraction of head_dim that rotates
-    rope_scaling: Literal["default", "linear", "ntk", "dynamic_ntk", "yarn"] = "default"
-    rope_scale: float = 1.0                     # s = L_eval / L_train for linear / ntk / yarn
-    train_length: int | None = None             # L_train; None = model.max_length
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
-    learned_interpolate: bool = False           # learned table stretched to longer inputs
+    KINDS = (("kind", POSITIONS, "reads"),)
+    kind: str = _choice("rope", POSITIONS)
+    rope_base: float = _number(10000.0, gt=1)
+    rope_fraction: float = _number(1.0, gt=0, le=1)  # fraction of head_dim that rotates
+    rope_scaling: Literal[ROPE_SCHEDULES] = "default"
+    rope_scale: float = _number(1.0, ge=1)           # s = L_eval / L_train for linear/ntk/yarn
+    train_length: int | None = _number(None, ge=1)   # L_train (dynamic_ntk, yarn); None: max_length
+    t5_num_buckets: int = _number(32, ge=2)
+    t5_max_distance: int = _number(128, ge=2)
+    learned_interpolate: bool = False                # learned table stretched to longer inputs
 
     def _validate(self):
-        POSITIONS.get(self.kind, f"{self.PATH}.kind")
-        if not 0.0 < self.rope_fraction <= 1.0:
-            self._fail("rope_fraction", f"must be in (0, 1], got {self.rope_fraction}")
-        if self.rope_scale < 1.0:
-            self._fail("rope_scale", f"must be >= 1, got {self.rope_scale}")
+        if self.kind == "t5" and self.t5_max_distance <= self.t5_num_buckets // 2:
+            self._fail("t5_max_distance", f"={self.t5_max_distance} must exceed half of "
+                       f"t5_num_buckets={self.t5_num_buckets} (the exact buckets)")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(_Validated):
     """A decoder-only language model."""
     PATH = "model"
-    vocab_size: int = 256
-    d_model: int = 128
-    num_layers: int = 4
-    max_length: int = 256
+    vocab_size: int = _number(256, ge=1)
+    d_model: int = _number(128, ge=1)
+    num_layers: int = _number(4, ge=1)
+    max_length: int = _number(256, ge=1)
     mlp: Literal["gelu", "swiglu"] = "gelu"
-    mlp_ratio: float = 4.0
+    mlp_ratio: float = _number(4.0, gt=0)
     norm: Literal["layer", "rms"] = "layer"
     norm_position: Literal["pre", "post"] = "pre"
-    residual_dropout: float = 0.0
+    residual_dropout: float = _number(0.0, ge=0, lt=1)
     tie_embeddings: bool = True
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
     attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
 
     def _validate(self):
-        from attnjax.ops.attention import check_kernel_supports, requested_options
+        from attnjax.nn.slots import kernel_request  # the model's own map of its kernel options
         att = self.attention
-        for name in ("vocab_size", "d_model", "num_layers", "max_length"):
-            if getattr(self, name) < 1:
-                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
         if self.d_model % att.num_heads:
             self._fail("d_model", f"={self.d_model} is not divisible by "
                        f"attention.num_heads={att.num_heads}")
-        if not 0.0 <= self.residual_dropout < 1.0:
-            self._fail("residual_dropout", f"must be in [0, 1), got {self.residual_dropout}")
-        position = POSITIONS.get(self.position.kind)
-        asked = requested_options(
-            bias=True if position.bias is not None else None,
-            window=att.window, scale=(1.0,) if att.scale == "learned" else None,
-            logit_soft_cap=att.logit_soft_cap, sink=None if att.sink == "none" else 0.0,
-            dropout_rate=att.dropout_rate if att.dropout.startswith("probs") else 0.0)
-        check_kernel_supports(att.kernel, asked, field="model.attention.kernel")
-        if position.check is not None:
-            position.check(self)
+        kernel_request(self)
+        self.check_lengths(())
         for pair in att.knockout:
             if (len(pair) != 2 or not 0 <= pair[0] < self.num_layers
                     or not 0 <= pair[1] < att.num_heads):
                 self._fail("attention.knockout", f"entry {list(pair)} must be [layer, head] with "
                            f"0 <= layer < num_layers={self.num_layers} and 0 <= head < "
                            f"num_heads={att.num_heads}")
+
+    def check_lengths(self, lengths):
+        """Raise if the position encoding cannot honour inputs of these lengths."""
+        position = POSITIONS.get(self.position.kind)
+        if position.check is not None:
+            position.check(self, tuple(lengths))
 
     @property
     def head_dim(self) -> int:
@@ -190,72 +249,59 @@ class ModelConfig(_Validated):
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig(_Validated):
-    """What to train on. ``text``: bytes of ``path`` (a file or directory; ``None`` = the
-    built-in corpus, the interpreter's standard-library source); ``tokens``: a flat binary
-    file of token ids; the rest are synthetic tasks generated on device."""
+    """What to train on: ``task`` is a name in ``attnjax.registry.TASKS``. ``text``: bytes of
+    ``path`` (a file or directory; ``None`` = the built-in corpus, the interpreter's
+    standard-library source); ``tokens``: a flat binary file of token ids; the rest are
+    synthetic tasks generated on device."""
     PATH = "data"
-    task: Literal["text", "tokens", "mqar", "copy", "sort", "induction"] = "text"
+    KINDS = (("task", TASKS, "reads"),)
+    task: str = _choice("text", TASKS)
     path: str | None = None
-    length: int = 128                           # training sequence length
-    eval_lengths: tuple[int, ...] = ()          # extra evaluation lengths (length is always one)
-    val_fraction: float = 0.1
-    vocab_size: int = 256                       # synthetic tasks and token files
-    num_pairs: int = 8                          # mqar key-value pairs
+    length: int = _number(128, ge=2)                  # training sequence length
+    eval_lengths: tuple[int, ...] = _number((), ge=2)  # extra evaluation lengths
+    val_fraction: float = _number(0.1, gt=0, lt=1)
+    vocab_size: int = _number(256, ge=2)             # synthetic tasks and token files
+    num_pairs: int = _number(8, ge=1)                # mqar key-value pairs
     token_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
 
     def _validate(self):
-        if self.length < 2:
-            self._fail("length", f"must be >= 2, got {self.length}")
-        if any(n < 2 for n in self.eval_lengths):
-            self._fail("eval_lengths", f"must all be >= 2, got {self.eval_lengths}")
-        if not 0.0 < self.val_fraction < 1.0:
-            self._fail("val_fraction", f"must be in (0, 1), got {self.val_fraction}")
-        if self.task == "tokens" and self.path is None:
-            self._fail("path", "is required for task='tokens'")
-        if self.task == "mqar":
-            for n in (self.length,) + self.eval_lengths:
-                if n < 3 * self.num_pairs:
-                    self._fail("length", f"={n} must be >= 3 * num_pairs = {3 * self.num_pairs} "
-                               "for mqar (pairs, then one query per pair)")
-        if self.task == "text" and self.vocab_size != 256:
-            self._fail("vocab_size", f"is 256 for byte-level text, got {self.vocab_size}")
+        TASKS.get(self.task).check(self)
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Every length the model is trained or evaluated at."""
+        return (self.length,) + self.eval_lengths
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(_Validated):
     """Optimisation, evaluation, logging and checkpoint cadence."""
     PATH = "train"
-    steps: int = 1000
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    warmup_steps: int = 100
-    final_lr_fraction: float = 0.1              # cosine decays to this fraction of the peak
-    weight_decay: float = 0.1                   # on matrices only: not on norms, biases, scalars
-    b1: float = 0.9
-    b2: float = 0.95
-    clip_norm: float | None = 1.0
-    grad_accum: int = 1                         # micro-batches per update (batch split evenly)
-    z_loss: float = 0.0                         # coefficient of log^2 Z
-    entropy_reg: float = 0.0                    # coefficient of mean attention entropy
-    steps_per_dispatch: int = 1                 # >1: lax.scan over steps, data made on device
+    steps: int = _number(1000, ge=1)
+    batch_size: int = _number(32, ge=1)
+    learning_rate: float = _number(1e-3, gt=0)
+    warmup_steps: int = _number(100, ge=0)
+    final_lr_fraction: float = _number(0.1, ge=0, le=1)   # cosine decays to this x the peak
+    weight_decay: float = _number(0.1, ge=0)              # on matrices only
+    b1: float = _number(0.9, ge=0, lt=1)
+    b2: float = _number(0.95, ge=0, lt=1)
+    clip_norm: float | None = _number(1.0, gt=0)          # None: no clipping
+    grad_accum: int = _number(1, ge=1)              # micro-batches per update (batch split evenly)
+    z_loss: float = _number(0.0, ge=0)              # coefficient of log^2 Z
+    entropy_reg: float = 0.0                        # attention entropy coefficient (any sign)
+    steps_per_dispatch: int = _number(1, ge=1)      # >1: lax.scan over steps, data made on device
     parallel: Literal["mesh", "pmap"] = "mesh"
-    log_every: int = 50
-    eval_every: int = 500
-    eval_batches: int = 8
-    eval_batch_size: int = 32
-    checkpoint_every: int = 500
-    keep_best: int = 1                          # checkpoints kept by validation loss (plus latest)
-    head_metrics: bool = False                  # log per-head attention statistics (log_every)
+    log_every: int = _number(50, ge=1)
+    eval_every: int = _number(500, ge=1)
+    eval_batches: int = _number(8, ge=1)
+    eval_batch_size: int = _number(32, ge=1)
+    checkpoint_every: int = _number(500, ge=1)
+    keep_best: int = _number(1, ge=1)               # checkpoints kept by validation loss (+ latest)
+    head_metrics: bool = False                      # log per-head attention statistics (log_every)
 
     def _validate(self):
-        for name in ("steps", "batch_size", "grad_accum", "steps_per_dispatch", "log_every",
-                     "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                self._fail(name, f"must be >= 1, got {getattr(self, name)}")
         if self.batch_size % self.grad_accum:
             self._fail("grad_accum", f"={self.grad_accum} must divide batch_size={self.batch_size}")
-        if self.learning_rate <= 0:
-            self._fail("learning_rate", f"must be > 0, got {self.learning_rate}")
         for name in ("log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) % self.steps_per_dispatch:
                 self._fail(name, f"={getattr(self, name)} must be a multiple of "
@@ -269,23 +315,27 @@ class Config(_Validated):
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    seed: int = 0
+    seed: int = _number(0, ge=0)
 
     def _validate(self):
+        from attnjax.nn.slots import kernel_request
         if self.model.vocab_size < self.data.vocab_size:
             self._fail("model.vocab_size", f"={self.model.vocab_size} is smaller than the "
                        f"data's vocabulary ({self.data.vocab_size})")
         if self.data.length > self.model.max_length:
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
-        kernel = self.model.attention.kernel
-        if self.train.head_metrics and not KERNELS.get(kernel).exact:
-            self._fail("train.head_metrics", f"needs attention weights, which model.attention."
-                       f"kernel={kernel!r} does not have (it is not softmax attention)")
+        self.model.check_lengths(self.data.lengths)
+        if self.train.head_metrics:
+            try:
+                kernel_request(self.model, return_weights=True)
+            except ValueError as error:
+                self._fail("train.head_metrics", f"needs attention weights, which {error}")
 
 
 def from_dict(cls, data: dict, path: str | None = None):
-    """Build dataclass ``cls`` from a (nested) dict; unknown keys are an error listing valid ones."""
+    """Build dataclass ``cls`` from a (nested) dict; an unknown key is an error listing the
+    valid ones."""
     path = cls.PATH if path is None else path
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in names]
@@ -309,7 +359,8 @@ def from_json(cls, text: str):
 
 
 def _parse_value(text: str) -> Any:
-    """``'4'`` -> 4, ``'0.5'`` -> 0.5, ``'true'`` -> True, ``'null'``/``'None'`` -> None, else str."""
+    """``'4'`` -> 4, ``'0.5'`` -> 0.5, ``'true'`` -> True, ``'null'``/``'None'`` -> None, else
+    the string."""
     if text == "None":
         return None
     try:
@@ -318,21 +369,26 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a.b=4", "c=x"]`` -> ``{"a.b": 4, "c": "x"}`` (values parsed as JSON where possible)."""
+    pairs = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like KEY=VALUE")
+        key, value = item.split("=", 1)
+        pairs[key.strip()] = _parse_value(value.strip())
+    return pairs
+
+
 def apply_overrides(config, overrides: dict[str, Any] | list[str]):
-    """Return a copy of ``config`` with dotted overrides applied.
+    """Return a copy of ``config`` with dotted overrides applied, validated once, together.
 
     ``overrides`` is a dict ``{"model.attention.num_heads": 8}`` or a list of ``KEY=VALUE``
     strings (values parsed as JSON where possible, else kept as strings). Keys are relative to
     the top-level config (``model.d_model``, ``seed``).
     """
     if isinstance(overrides, (list, tuple)):
-        pairs = {}
-        for item in overrides:
-            if "=" not in item:
-                raise ValueError(f"override {item!r} must look like KEY=VALUE")
-            key, value = item.split("=", 1)
-            pairs[key.strip()] = _parse_value(value.strip())
-        overrides = pairs
+        overrides = parse_overrides(overrides)
     data = to_dict(config)
     for key, value in overrides.items():
         node, parts = data, key.split(".")

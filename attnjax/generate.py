@@ -1,32 +1,14 @@
 """Sampling from a trained run with the KV cache: the prompt in one call, then one token per
-call, each a jitted ``DecoderLM`` step with ``decode=True``."""
+call, each a jitted ``DecoderLM`` step with ``decode=True``. A run's config and parameters come
+from ``attnjax.rundir.RunDir(path).params()``."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 from attnjax.nn import DecoderLM
-from attnjax.train.checkpoint import Checkpoints
-from attnjax.train.loop import load_config
-from attnjax.train.state import init_state
-
-
-def load_params(workdir: str | Path, which: str = "best"):
-    """``(config, params, step)`` from a run's best or latest good checkpoint."""
-    config = load_config(workdir)
-    directory = Path(workdir) / "ckpt"
-    if not directory.is_dir():
-        raise ValueError(f"{str(workdir)!r} has no usable checkpoint")
-    checkpoints = Checkpoints(directory, config.train.keep_best, read_only=True)
-    step = checkpoints.best_step() if which == "best" else None
-    state, step = checkpoints.restore(init_state(config), step)
-    checkpoints.close()
-    if state is None:
-        raise ValueError(f"{str(workdir)!r} has no usable checkpoint")
-    return config, state.params, step
+from attnjax.nn.slots import kernel_request
 
 
 def sample(config, params, prompt: list[int], num_tokens: int, *, temperature: float = 1.0,
@@ -38,6 +20,7 @@ def sample(config, params, prompt: list[int], num_tokens: int, *, temperature: f
     if total > config.model.max_length:
         raise ValueError(f"prompt + tokens = {total} exceeds the cache (model.max_length="
                          f"{config.model.max_length})")
+    kernel_request(config.model, decode=True)   # refuse what the cache cannot do, before tracing
     model = DecoderLM(config.model)
     cache = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), decode=True)["cache"]
 

@@ -101,7 +101,7 @@ def parity_settings(seed: int = 0):
 def kernel_errors(name: str, setting, with_grads: bool = True) -> dict:
     """Max abs / relative error of kernel ``name`` vs the oracle on one setting."""
     label, (q, k, v), kernel_kwargs, oracle_kwargs = setting
-    options = {"block_q": 4, "block_k": 4} if name == "chunked" else {}
+    options = dict(KERNELS.get(name).test_options)
     run = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=name,
                                                         **kernel_kwargs, **options))
     expected = oracle_attention(q, k, v, **oracle_kwargs)
@@ -123,7 +123,7 @@ def parity_table(with_grads: bool = True) -> list[dict]:
     """Rows for every exact kernel that runs on this backend and every parity setting."""
     rows = []
     for name, spec in KERNELS.items():
-        if not spec.exact or (name == "cudnn" and jax.default_backend() != "gpu"):
+        if not spec.exact or not spec.available():
             continue
         for setting in parity_settings():
             rows.append(kernel_errors(name, setting, with_grads))

@@ -12,7 +12,6 @@ biases, sinks, per-head scales, rngs) are passed as jit arguments.
 """
 
 import functools
-import os
 import subprocess
 import sys
 import textwrap
@@ -25,27 +24,27 @@ import pytest
 from absl.testing import parameterized
 
 import attnjax  # noqa: F401  (registers every kernel)
-from attnjax.ops.attention import (OPTIONS, Dropout, check_kernel_supports,
-                                   dot_product_attention, dropout_keep)
+from attnjax.ops.attention import (OPTIONS, Dropout, check_kernel_supports, dot_product_attention,
+                                   dropout_keep)
 from attnjax.parity import oracle_attention, oracle_grads, parity_settings
 from attnjax.registry import KERNELS
+from helpers import REPO, subprocess_env
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = jax.default_backend()
 
 # float32 tolerances of the whole file (never loosened to get green).
 RTOL, ATOL = 1e-5, 1e-6
 
-# Kernel-specific keyword options. chunked gets blocks that do not divide the test lengths
-# (16, 13, 7), so the zero-padded last query/key block is always exercised.
-KERNEL_OPTIONS = {"chunked": dict(block_q=4, block_k=5)}
+# Kernel-specific keyword options: each kernel's own test settings (chunked gets blocks that
+# do not divide the test lengths 16, 13, 7, so the zero-padded last block is exercised).
+KERNEL_OPTIONS = {name: dict(spec.test_options) for name, spec in KERNELS.items()}
 
 
 def _kernel_param(name):
     # cudnn only runs on a CUDA GPU: a hardware fact, not a failure.
     return pytest.param(name, id=name, marks=pytest.mark.skipif(
-        name == "cudnn" and BACKEND != "gpu",
-        reason=f"cudnn needs a CUDA GPU; this process runs on {BACKEND!r}"))
+        not KERNELS.get(name).available(),
+        reason=f"{name} does not run on this process's backend {BACKEND!r}"))
 
 
 def _spec(name):
@@ -83,7 +82,7 @@ def _is_static(x):
     return x is None or isinstance(x, (bool, int, float, str)) or callable(x)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(name, static_items, with_grads):
     """One jitted function per (kernel, static options); jit re-specialises per shape/dtype."""
     options = {**KERNEL_OPTIONS.get(name, {}), **dict(static_items)}
@@ -168,7 +167,7 @@ def _unsupported_error(name, asked):
     return missing, able
 
 
-# ----------------------------------------------------------------------------- 1. registry-wide
+# -------------------------------------------------------------------------------- 1. registry-wide
 
 # Causal self-attention with GQA (N=4, K=2), query padding (batch 0 rows >= 13) and key
 # padding (batch 0 keys >= 11; batch 1 has no keys at all, so every row of it is fully masked).
@@ -210,14 +209,15 @@ def test_every_kernel_is_causal(name):
     assert np.abs(np.asarray(out[0, t:11] - out2[0, t:11])).max() > 1e-2
 
 
-# ----------------------------------------------------------------------------- 2. reference vs oracle
+# -------------------------------------------------------------------------- 2. reference vs oracle
 
 
 def test_oracle_grads_match_finite_differences():
     """The analytic oracle gradients against central differences (float64, h = 1e-5)."""
     rng = np.random.default_rng(3)
     B, T, S, N, K, H = 1, 3, 4, 2, 1, 3
-    q, k, v = rng.normal(size=(B, T, N, H)), rng.normal(size=(B, S, K, H)), rng.normal(size=(B, S, K, H))
+    q = rng.normal(size=(B, T, N, H))
+    k, v = rng.normal(size=(B, S, K, H)), rng.normal(size=(B, S, K, H))
     mask = np.ones((B, 1, T, S), bool)
     mask[0, 0, 0, 2:] = False
     mask[0, 0, 2, :] = False                       # a fully masked row
@@ -293,7 +293,7 @@ def test_reference_sink_vs_oracle(sink):
     assert np.abs(expected - oracle_attention(q, k, v, mask=causal)).max() > 1e-2
 
 
-# ----------------------------------------------------------------------------- 3. exact kernels vs reference
+# ------------------------------------------------------------------- 3. exact kernels vs reference
 
 _RNG = np.random.default_rng(42)
 _DENSE_MASK = _RNG.random((2, 1, 16, 16)) < 0.6
@@ -367,7 +367,7 @@ def test_exact_kernel_matches_reference(name, scenario):
     chex.assert_tree_all_finite(grads)
 
 
-# ----------------------------------------------------------------------------- 4. reference vs jax.nn
+# -------------------------------------------------------------------------- 4. reference vs jax.nn
 
 _NN_MASK = (np.random.default_rng(7).random((2, 1, 12, 12)) < 0.5) | np.eye(12, dtype=bool)
 _NN_BIAS = np.random.default_rng(8).normal(size=(2, 4, 12, 12)).astype(np.float32)
@@ -404,7 +404,7 @@ def test_int_window_means_what_it_means_in_jax_nn():
     assert_close(theirs, expected)
 
 
-# ----------------------------------------------------------------------------- 5. dropout
+# -------------------------------------------------------------------------------------- 5. dropout
 
 RATE = 0.3
 
@@ -496,11 +496,11 @@ def test_dropout_output_by_hand(shared):
         # test_dropout_kernel_matches_reference).
         for name in KERNELS.names():
             if ("dropout" in _spec(name).supports and name != "reference"
-                    and not (name == "cudnn" and BACKEND != "gpu")):
+                    and _spec(name).available()):
                 assert_close(attend(name, q, k, v, **kwargs), expected)
 
 
-# ----------------------------------------------------------------------------- 6. fully masked rows
+# ---------------------------------------------------------------------------- 6. fully masked rows
 
 
 @pytest.mark.parametrize("name", ALL_KERNELS)
@@ -532,14 +532,14 @@ def test_fully_masked_row_zeros_vs_jax_nn_mean_of_v():
     mean_v = repeat_heads(v, 4).mean(axis=1)                      # [B, N, H]
     np.testing.assert_allclose(theirs[:, 2], mean_v, rtol=RTOL, atol=ATOL)
     for name in KERNELS.names():
-        if "mask" in _spec(name).supports and not (name == "cudnn" and BACKEND != "gpu"):
+        if "mask" in _spec(name).supports and _spec(name).available():
             ours = np.asarray(attend(name, q, k, v, mask=mask))
             np.testing.assert_array_equal(ours[:, 2], 0.0)
             rows = [0, 1] + list(range(3, 12))
             np.testing.assert_allclose(ours[:, rows], theirs[:, rows], rtol=RTOL, atol=ATOL)
 
 
-# ----------------------------------------------------------------------------- 7. float16 / bfloat16
+# --------------------------------------------------------------------------- 7. float16 / bfloat16
 
 # Unit roundoff u = 2^-(mantissa bits + 1): float16 2^-11 ~ 4.9e-4, bfloat16 2^-8 ~ 3.9e-3.
 # Against float32 on the *same rounded inputs* the only new errors are roundings of the
@@ -577,7 +577,7 @@ def test_low_precision_masked_no_nan_and_close_to_float32(name, dtype_name):
         check(g, g32, 8)
 
 
-# ----------------------------------------------------------------------------- 8. return_weights
+# ------------------------------------------------------------------------------- 8. return_weights
 
 
 @pytest.mark.parametrize("with_sink", [False, True], ids=["no_sink", "sink"])
@@ -620,7 +620,7 @@ def test_return_weights_refused(name):
     assert message.endswith("kernels that do: " + ", ".join(able))
 
 
-# ----------------------------------------------------------------------------- 9. bad input
+# ------------------------------------------------------------------------------------ 9. bad input
 
 
 def test_unknown_implementation_lists_choices():
@@ -704,7 +704,7 @@ def test_cudnn_on_cpu_is_a_clear_error():
     assert "'cpu'" in str(info.value) and "\n" not in str(info.value)
 
 
-# ----------------------------------------------------------------------------- 10. jit / no jit
+# -------------------------------------------------------------------------------- 10. jit / no jit
 
 
 class JitVariantsTest(chex.TestCase):
@@ -723,7 +723,7 @@ class JitVariantsTest(chex.TestCase):
         assert_close(out, oracle_attention(q, k, v, mask=mask))
 
 
-# ----------------------------------------------------------------------------- 11. multi-device
+# -------------------------------------------------------------------------------- 11. multi-device
 
 _MULTI_DEVICE = """
 import jax, jax.numpy as jnp, numpy as np
@@ -761,15 +761,16 @@ print("OK")
 
 
 def test_batch_sharded_over_four_cpu_devices_matches_single_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "PYTHONPATH": REPO_ROOT, "JAX_PLATFORMS": "cpu"}
+    env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=4",
+                         JAX_PLATFORMS="cpu")
+    # separate process: the 4 host devices must be requested before JAX starts
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(_MULTI_DEVICE)], env=env,
-                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
     assert "OK" in result.stdout.splitlines(), result.stdout
 
 
-# ----------------------------------------------------------------------------- 12. linear attention
+# ---------------------------------------------------------------------------- 12. linear attention
 
 
 def _phi(x):

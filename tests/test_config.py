@@ -3,14 +3,15 @@
 import dataclasses
 import json
 import re
+import types
+import typing
 
 import jax.monitoring
 import pytest
 
 from attnjax import KERNELS, POSITIONS  # importing attnjax registers kernels and encodings
 from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig, apply_overrides, from_dict, from_json, to_dict,
-                            to_json)
+                            TrainConfig, apply_overrides, from_dict, from_json, to_dict, to_json)
 
 
 def _raises_one_line(fn, *fragments):
@@ -108,12 +109,12 @@ def test_from_dict_unknown_nested_key():
 def test_overrides_list_of_strings():
     base = Config()
     new = apply_overrides(base, [
-        "model.attention.num_heads=8", "model.position.kind=alibi",
+        "model.attention.num_heads=8", "model.position.rope_fraction=0.5",
         "model.attention.window=None", "seed=3", "model.attention.scale_multiplier=0.5",
         "model.tie_embeddings=false", "model.attention.logit_soft_cap=null",
         "model.position.rope_base=500000", "model.attention.kernel=chunked"])
     assert new.model.attention.num_heads == 8
-    assert new.model.position.kind == "alibi"
+    assert new.model.position.rope_fraction == 0.5
     assert new.model.attention.window is None
     assert new.seed == 3
     assert new.model.attention.scale_multiplier == 0.5
@@ -379,3 +380,91 @@ def test_errors_raised_before_any_compilation():
         assert any(e.startswith("/jax/core/compile") for e in events)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+# ------------------------------------------------------------- ranges and kind-only fields
+
+CLASSES = {"": Config, "model": ModelConfig, "model.attention": AttentionConfig,
+           "model.position": PositionConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _out_of_range(field: dataclasses.Field, hint) -> list:
+    """Values just outside a field's declared range (and non-finite ones for floats)."""
+    ge, gt, le, lt = field.metadata["range"]
+    step = 0.5 if hint is float else 1
+    bad = [b for b in (None if ge is None else ge - step, gt, le if le is None else le + step, lt)
+           if b is not None]
+    return bad + ([float("inf"), float("nan")] if hint is float else [])
+
+
+def _numeric_fields():
+    for prefix, cls in CLASSES.items():
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            hint = hints[field.name]
+            if typing.get_origin(hint) in (typing.Union, types.UnionType):   # X | None
+                (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+            if typing.get_origin(hint) is tuple:        # a list of numbers; knockout's
+                hint = typing.get_args(hint)[0]         # [layer, head] pairs are tested above
+            if hint in (int, float):
+                yield f"{prefix}.{field.name}" if prefix else field.name, field, hint
+
+
+NUMERIC = list(_numeric_fields())
+
+
+def test_every_numeric_field_declares_its_range():
+    unbounded = [path for path, field, _ in NUMERIC if "range" not in field.metadata]
+    # the attention-entropy coefficient is meaningful with either sign: any finite value
+    assert unbounded == ["train.entropy_reg"], unbounded
+    assert len(NUMERIC) > 40
+
+
+@pytest.mark.parametrize("path, field, hint", NUMERIC, ids=[p for p, _, _ in NUMERIC])
+def test_values_outside_a_fields_range_are_refused_naming_it(path, field, hint):
+    bad = (_out_of_range(field, hint) if "range" in field.metadata
+           else [float("inf"), float("nan")])
+    assert bad
+    default = dataclasses.MISSING if field.default is dataclasses.MISSING else field.default
+    for value in bad:
+        value = [value] if isinstance(default, tuple) else value
+        message = _override_error({path: value}, path)
+        assert message.startswith(path), message
+
+
+@pytest.mark.parametrize("items, field, owner", [
+    (["model.attention.dropout_rate=0.3"], "model.attention.dropout_rate", "dropout="),
+    (["model.position.kind=alibi", "model.position.rope_scaling=yarn"],
+     "model.position.rope_scaling", "kind='rope'"),
+    (["model.attention.qk_kappa=10"], "model.attention.qk_kappa", "qk_norm='kappa'"),
+    (["model.attention.kernel=xla", "model.attention.block_q=64"], "model.attention.block_q",
+     "kernel='chunked'"),
+    (["model.position.kind=rope", "model.position.learned_interpolate=true"],
+     "model.position.learned_interpolate", "kind='learned'"),
+    (["model.position.kind=rope", "model.position.t5_num_buckets=16"],
+     "model.position.t5_num_buckets", "kind='t5'"),
+    (["model.position.rope_scale=4"], "model.position.rope_scale", "rope_scaling="),
+    (["model.position.rope_scaling=linear", "model.position.train_length=64"],
+     "model.position.train_length", "'yarn'"),
+])
+def test_a_setting_that_means_nothing_for_the_kind_is_refused(items, field, owner):
+    message = _override_error(items, field, "means nothing", owner)
+    assert message.startswith(field), message
+    # with the kind that reads it, the same setting is accepted
+    readers = {"model.attention.dropout_rate": ["model.attention.dropout=output"],
+               "model.position.rope_scaling": ["model.position.kind=rope"],
+               "model.attention.qk_kappa": ["model.attention.qk_norm=kappa"],
+               "model.attention.block_q": ["model.attention.kernel=chunked"],
+               "model.position.learned_interpolate": ["model.position.kind=learned"],
+               "model.position.t5_num_buckets": ["model.position.kind=t5"],
+               "model.position.rope_scale": ["model.position.rope_scaling=yarn"],
+               "model.position.train_length": ["model.position.rope_scaling=yarn"]}
+    apply_overrides(Config(), items + readers[field])
+
+
+def test_learned_table_evaluated_past_its_rows_fails_at_config_time():
+    items = ["model.position.kind=learned", "model.max_length=32", "data.length=32",
+             "data.eval_lengths=[32, 64]"]
+    _override_error(items, "data.eval_lengths", "64", "model.max_length=32",
+                    "learned_interpolate")
+    apply_overrides(Config(), items + ["model.position.learned_interpolate=true"])

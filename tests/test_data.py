@@ -6,15 +6,17 @@ import pytest
 from attnjax.config import DataConfig
 from attnjax.data import Dataset, accuracy
 from attnjax.data.text import builtin_corpus_files, split_bounds
+from attnjax.registry import TASKS
 
-TASKS = ["mqar", "copy", "sort", "induction"]
+ON_DEVICE = [name for name in TASKS.names() if name != "tokens"]   # tokens: a file, below
 
 
 def synthetic(task, length=32, **kw):
-    return Dataset(DataConfig(task=task, length=length, vocab_size=64, num_pairs=4, **kw))
+    pairs = {"num_pairs": 4} if task == "mqar" else {}
+    return Dataset(DataConfig(task=task, length=length, vocab_size=64, **pairs, **kw))
 
 
-@pytest.mark.parametrize("task", TASKS + ["text"])
+@pytest.mark.parametrize("task", ON_DEVICE)
 def test_batches_are_a_function_of_seed_step_split(task):
     ds = synthetic(task) if task != "text" else Dataset(DataConfig(task="text", length=32))
     a = ds.batch(0, 5, 4, 32, "train")
@@ -104,6 +106,30 @@ def test_token_file_is_memory_mapped_and_deterministic(tmp_path):
     a = ds.batch(0, 2, 4, 8, "train")
     np.testing.assert_array_equal(a["inputs"], ds.batch(0, 2, 4, 8, "train")["inputs"])
     np.testing.assert_array_equal((a["inputs"] + 1) % 500, a["targets"])
+
+
+@pytest.mark.parametrize("dtype, ids, shown", [("uint16", [3, 500, 7], "from 3 to 500"),
+                                               ("int32", [-1, 2, 3], "from -1 to 3")])
+def test_token_ids_outside_the_vocabulary_are_refused_when_loaded(tmp_path, dtype, ids, shown):
+    path = tmp_path / "tokens.bin"
+    np.asarray(ids * 20, dtype).tofile(path)
+    config = DataConfig(task="tokens", path=str(path), vocab_size=500, length=8,
+                        token_dtype=dtype)
+    with pytest.raises(ValueError) as info:
+        Dataset(config)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and shown in message
+    assert "data.vocab_size=500" in message
+
+
+def test_task_specific_fields_are_refused_for_other_tasks():
+    with pytest.raises(ValueError, match=r"^data\.num_pairs=4 means nothing with task='copy'"):
+        DataConfig(task="copy", num_pairs=4)
+    with pytest.raises(ValueError, match=r"^data\.path='x' means nothing with task='mqar'"):
+        DataConfig(task="mqar", path="x")
+    with pytest.raises(ValueError, match=r"^data\.task='nope' is not a known data task; "
+                                         r"valid choices: .*text, tokens"):
+        DataConfig(task="nope")
 
 
 def test_accuracy_counts_only_scored_positions():

@@ -20,13 +20,13 @@ import attnjax  # noqa: F401  (registers the kernels and position encodings)
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
 from attnjax.nn import Block, DecoderLM, FeedForward
 from attnjax.ops import positions as P
-from attnjax.registry import KERNELS, POSITIONS
+from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
 
 VOCAB, D, LAYERS, HEADS, MAX_LEN = 64, 32, 2, 4, 16
 HEAD_DIM = D // HEADS
 TOL = dict(atol=1e-5, rtol=1e-5)
 
-KERNEL_NAMES = [k for k in KERNELS.names() if k != "cudnn" or jax.default_backend() == "gpu"]
+KERNEL_NAMES = [k for k in KERNELS.names() if KERNELS.get(k).available()]
 POSITION_NAMES = list(POSITIONS.names())
 # Kernels the module can decode with: it passes query/key positions to the kernel.
 DECODE_KERNELS = [k for k in KERNEL_NAMES if "positions" in KERNELS.get(k).supports]
@@ -254,8 +254,8 @@ def swap_params():
 @pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("kind", ["rope", "alibi"])
 def test_kernel_swap_and_weights(kind, kernel, swap_params):
-    """Same params, same logits with every exact kernel (chunked with blocks of 4 on T=10);
-    return_weights=True falls back to reference for kernels that cannot return weights and
+    """Same params, same logits with every exact kernel (chunked with its small test blocks on
+    T=10); return_weights=True falls back to reference for kernels that cannot return weights and
     must compute the same function (or refuse), never silently change the logits."""
     tokens = tokens_of(T_SWAP)
     params = swap_params
@@ -263,7 +263,7 @@ def test_kernel_swap_and_weights(kind, kernel, swap_params):
     expected = logits_of(reference, params, tokens)
     _, ref_aux = DecoderLM(reference).apply({"params": params}, tokens, return_weights=True)
     try:
-        config = tiny(kind, kernel, block_q=4, block_k=4)
+        config = tiny(kind, kernel, **dict(KERNELS.get(kernel).test_options))
     except ValueError:
         assert "bias" not in KERNELS.get(kernel).supports   # checked in the matrix above
         return
@@ -346,8 +346,8 @@ def test_dropout_placements_stochastic(rope_setup):
     results = {}
     for placement in PLACEMENTS:
         config = tiny("rope", dropout=placement, dropout_rate=0.25)
-        run = lambda key: logits_of(config, params, tokens, deterministic=False,
-                                    rngs={"dropout": key})
+        run = lambda key, config=config: logits_of(config, params, tokens, deterministic=False,
+                                                   rngs={"dropout": key})
         first, again, different = run(rng), run(rng), run(other)
         chex.assert_tree_all_finite(first)
         assert max_abs_diff(first, base_logits) > 1e-4, placement     # dropout acts
@@ -676,3 +676,60 @@ class DecoderVariantsTest(chex.TestCase):
         chex.assert_shape(logits, (2, T_SWAP, VOCAB))
         chex.assert_tree_all_finite(logits)
         chex.assert_trees_all_close(logits, expected, **TOL)
+
+
+# ------------------------------------------------------------ slot tables and the KV cache
+
+SLOT_CHOICES = [(field, name) for field, registry in
+                (("qk_norm", QK_NORMS), ("scale", SCALES), ("sink", SINKS), ("dropout", DROPOUTS))
+                for name in registry.names()]
+
+
+@pytest.mark.parametrize("field, name", SLOT_CHOICES, ids=[f"{f}={n}" for f, n in SLOT_CHOICES])
+def test_every_slot_choice_trains_and_decodes_like_the_full_forward(field, name):
+    """Every registered choice of every attention slot: finite logits and gradients, and
+    KV-cache decoding equal to the full forward (dropout is off in both)."""
+    settings = {field: name}
+    if field == "dropout" and name != "none":
+        settings["dropout_rate"] = 0.25
+    config = tiny("rope", **settings)
+    tokens = tokens_of(T_FULL)
+    params = params_for(config, tokens)
+    model = DecoderLM(config)
+    grads = jax.grad(lambda p: model.apply({"params": p}, tokens, deterministic=False,
+                                           rngs={"dropout": jax.random.key(3)})[0].sum())(params)
+    chex.assert_tree_all_finite(grads)
+    full = logits_of(config, params, tokens)[:, :T_DECODE]
+    check_decode_matches(config, params, tokens[:, :T_DECODE], full, PROMPT_CHUNKS)
+
+
+def test_decoding_past_the_cache_gives_nan_and_a_longer_call_is_refused():
+    config = tiny("rope")
+    tokens = tokens_of(MAX_LEN + 2)
+    params = params_for(config, tokens[:, :MAX_LEN])
+    inside = decode(config, params, tokens[:, :MAX_LEN], [MAX_LEN - 1, 1])
+    chex.assert_tree_all_finite(inside)                     # the last slot still fits
+    model = DecoderLM(config)
+    cache = model.init(jax.random.key(2), tokens[:, :1], decode=True)["cache"]
+    (_, _), state = model.apply({"params": params, "cache": cache}, tokens[:, :MAX_LEN],
+                                decode=True, mutable=["cache"])
+    (past, _), _ = model.apply({"params": params, "cache": state["cache"]},
+                               tokens[:, MAX_LEN:MAX_LEN + 1], decode=True, mutable=["cache"])
+    assert np.isnan(np.asarray(past)).all()                 # never a silently wrong answer
+    with pytest.raises(ValueError, match=rf"exceeds the KV cache \(model.max_length={MAX_LEN}\)"):
+        model.apply({"params": params, "cache": cache}, tokens, decode=True, mutable=["cache"])
+
+
+def test_dynamic_ntk_and_linear_attention_refuse_the_cache_before_tracing():
+    from attnjax.nn.slots import kernel_request
+    dynamic = tiny("rope", position={"rope_scaling": "dynamic_ntk"})
+    with pytest.raises(ValueError, match=r"rope_scaling='dynamic_ntk' cannot decode"):
+        kernel_request(dynamic, decode=True)
+    tokens = tokens_of(T_DECODE)
+    with pytest.raises(ValueError, match="dynamic_ntk"):
+        decode(dynamic, params_for(dynamic, tokens), tokens, [1] * T_DECODE)
+    linear = tiny("rope", "linear")
+    kernel_request(linear)                                  # it trains ...
+    with pytest.raises(ValueError, match=r"^decoding with the KV cache: model\.attention\."
+                                         r"kernel='linear' does not support"):
+        kernel_request(linear, decode=True)                 # ... but cannot decode

@@ -15,7 +15,7 @@ import numpy as np
 
 from attnjax.config import Config
 from attnjax.data import load_dataset
-from attnjax.nn import DecoderLM
+from attnjax.nn.probe import capture
 
 
 def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
@@ -39,12 +39,9 @@ def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
 def attention_weights(config: Config, params, tokens) -> np.ndarray:
     """Attention probabilities of every layer, ``[layers, B, heads, T, T]`` (float32; row i is
     query i's distribution over keys, zero above the diagonal)."""
-    weights = _compiled_weights(config.model)(params, jnp.asarray(tokens))
-    return np.stack([np.asarray(w, np.float32) for w in weights])
+    return np.asarray(_compiled_weights(config.model)(params, jnp.asarray(tokens)), np.float32)
 
 
 @functools.lru_cache(maxsize=16)
 def _compiled_weights(model_config):
-    model = DecoderLM(model_config)
-    return jax.jit(lambda p, t: model.apply({"params": p}, t, return_weights=True)[1][
-        "attn_weights"])
+    return jax.jit(lambda p, t: capture(model_config, p, t)[0])

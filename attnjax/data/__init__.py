@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import DataConfig
-from attnjax.data import synthetic
-from attnjax.data.text import ByteCorpus, TokenFile
+from attnjax.data import synthetic, text  # noqa: F401  (they register the tasks)
+from attnjax.registry import TASKS
 
 SPLITS = {"train": 0, "val": 1}
 _DATA_STREAM = 0x0DA7A  # separates data keys from model-init and dropout keys of the same seed
@@ -28,24 +28,14 @@ def batch_key(seed: int, step, split: str) -> jax.Array:
 
 
 class Dataset:
-    """A task or corpus with one sampling interface and a scoring rule (``weights``)."""
+    """A task or corpus (``data.task``, from ``attnjax.registry.TASKS``) with one sampling
+    interface and a scoring rule (``weights``)."""
 
     def __init__(self, config: DataConfig):
         self.config = config
-        self.on_device = config.task != "tokens"
-        if config.task == "text":
-            self._source = ByteCorpus(config.path, config.val_fraction)
-            self.vocab_size = ByteCorpus.vocab_size
-        elif config.task == "tokens":
-            self._source = TokenFile(config.path, config.token_dtype, config.vocab_size,
-                                     config.val_fraction)
-            self.vocab_size = config.vocab_size
-        else:
-            fn = getattr(synthetic, config.task)
-            if config.task == "mqar":
-                fn = functools.partial(fn, num_pairs=config.num_pairs)
-            self._task = fn
-            self.vocab_size = config.vocab_size
+        self._source = TASKS.get(config.task, "data.task").source(config)
+        self.on_device = self._source.on_device
+        self.vocab_size = self._source.vocab_size
 
     @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
     def _device_batch(self, seed, step, batch_size: int, length: int, split: str) -> dict:
@@ -54,11 +44,9 @@ class Dataset:
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
         """Jittable batch for on-device datasets. Synthetic tasks draw train and validation
         examples from the same distribution with independent keys."""
-        if self.config.task == "text":
-            return self._source.sample(key, batch_size, length, split)
         if not self.on_device:
             raise TypeError("token files are sampled on the host: use Dataset.batch")
-        return self._task(key, batch_size, length, self.vocab_size)
+        return self._source.sample(key, batch_size, length, split)
 
     def batch(self, seed: int, step: int, batch_size: int, length: int, split: str) -> dict:
         """Batch ``step`` of ``split`` for run seed ``seed`` (host or device arrays)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attnjax.data.task import register_synthetic
+
 
 def _next_token(seq: jax.Array, scored: jax.Array) -> dict:
     """``seq`` ``[B, L+1]`` -> inputs/targets shifted by one; ``scored`` marks targets."""
@@ -84,3 +86,16 @@ def induction(key, batch_size: int, length: int, vocab_size: int) -> dict:
 
     seq, scored = jax.vmap(example)(jax.random.split(key, batch_size))
     return _next_token(seq, scored)
+
+
+def _check_mqar(config):
+    for n in config.lengths:
+        if n < 3 * config.num_pairs:
+            raise ValueError(f"data.length={n} must be >= 3 * num_pairs = {3 * config.num_pairs} "
+                             "for mqar (pairs, then one query per pair)")
+
+
+register_synthetic("mqar", mqar, reads=("num_pairs",), check=_check_mqar)
+register_synthetic("copy", copy)
+register_synthetic("sort", sort)
+register_synthetic("induction", induction)

@@ -14,6 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax.data.task import Task
+from attnjax.registry import TASKS
+
 SEPARATOR = b"\n\n"
 
 
@@ -49,6 +52,7 @@ def split_bounds(size: int, split: str, val_fraction: float) -> tuple[int, int]:
 class ByteCorpus:
     """Bytes on device; ``sample`` is jittable, so batches can be generated inside a scan."""
     vocab_size = 256
+    on_device = True
 
     def __init__(self, path: str | None, val_fraction: float = 0.1):
         self.tokens = read_bytes(path)
@@ -71,12 +75,20 @@ class TokenFile:
     """A flat array of token ids on disk, memory-mapped; windows are read on the host.
 
     For corpora tokenized by the user's own tokenizer (``np.ndarray.tofile`` of uint16/uint32).
+    Every id must be below ``vocab_size`` (checked once, when the file is opened).
     """
+    on_device = False
 
     def __init__(self, path: str, dtype: str, vocab_size: int, val_fraction: float = 0.1):
         if not Path(path).is_file():
             raise FileNotFoundError(f"data.path={path!r} is not a file")
         self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
+        if self.tokens.size:
+            low, high = int(self.tokens.min()), int(self.tokens.max())
+            if high >= vocab_size or low < 0:
+                raise ValueError(f"data.path={path!r} holds token ids from {low} to {high}, but "
+                                 f"data.vocab_size={vocab_size}: ids must be in "
+                                 f"[0, {vocab_size})")
         self.vocab_size = vocab_size
         self.val_fraction = val_fraction
 
@@ -91,3 +103,20 @@ class TokenFile:
         windows = np.stack([self.tokens[o:o + length + 1] for o in offsets]).astype(np.int32)
         return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
                 "weights": np.ones((batch_size, length), np.float32)}
+
+
+def _check_text(config):
+    if config.vocab_size != ByteCorpus.vocab_size:
+        raise ValueError(f"data.vocab_size is 256 for byte-level text, got {config.vocab_size}")
+
+
+def _check_tokens(config):
+    if config.path is None:
+        raise ValueError("data.path is required for task='tokens'")
+
+
+TASKS.register("text", Task(lambda c: ByteCorpus(c.path, c.val_fraction), ("path",),
+                            _check_text))
+TASKS.register("tokens", Task(
+    lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction),
+    ("path", "vocab_size", "token_dtype"), _check_tokens))

@@ -1,29 +1,28 @@
 """MultiHeadAttention: parameters for the fixed slots, all math in ``attnjax.ops``.
 
-Slots, in order (each set by one config field, none aware of the others):
+Slots, in order (each set by one config field and resolved from a registry; none aware of
+the others, see ``attnjax.nn.slots``):
 1. projections (fused qkv or separate; ``num_kv_heads`` for GQA/MQA)
-2. q/k transform: qk-norm per head, then the position encoding's ``rotate`` hook (RoPE)
+2. q/k transform: ``qk_norm`` (``QK_NORMS``), then the position encoding's ``rotate`` hook
 3. score bias: the position encoding's ``bias`` hook (ALiBi, T5); masks (causal, window)
-4. kernel: ``attention.kernel`` from the registry
-5. score shaping: scale policy, soft-capping, sink logit
-6. probability dropout: shared across heads or per head
-7. output projection and output dropout
+4. kernel: ``kernel`` (``KERNELS``), with its own settings (e.g. ``block_q``)
+5. score shaping: ``scale`` (``SCALES``), ``logit_soft_cap``, ``sink`` (``SINKS``)
+6. probability dropout and 7. output dropout: ``dropout`` (``DROPOUTS``), then the output
+   projection
 """
 
 from __future__ import annotations
-
-import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
+from attnjax.nn.slots import kernel_request, kernel_settings, probability_dropout, score_arguments
 from attnjax.ops import dot_product_attention
-from attnjax.ops.attention import rate_active, scaled_logits
-from attnjax.registry import KERNELS, POSITIONS
-
-NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
+from attnjax.ops.attention import rate_active
+from attnjax.ops.stats import causal_max_logit
+from attnjax.registry import DROPOUTS, POSITIONS, QK_NORMS, SCALES, SINKS
 
 
 class Dropout(nn.Module):
@@ -42,31 +41,6 @@ class Dropout(nn.Module):
         return jax.lax.select(keep, (x / (1.0 - self.rate)).astype(x.dtype), jnp.zeros_like(x))
 
 
-def normalize_rms(x: jax.Array, kappa) -> jax.Array:
-    """``sqrt(kappa) * x / rms(x)`` over the last axis: q and k with RMS ``sqrt(kappa)``, so
-    ``q.k`` is at most ``kappa * head_dim``; no learned gain (Wortsman et al. 2023 probe)."""
-    x32 = x.astype(jnp.float32)
-    rms = jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
-    return (jnp.sqrt(kappa) * x32 / rms).astype(x.dtype)
-
-
-def base_scale(policy: str, head_dim: int, multiplier: float) -> float:
-    """Logit scale of a fixed policy: ``m/sqrt(d)``, ``m/d`` or the constant ``m``."""
-    return multiplier * {"inv_sqrt_d": 1.0 / math.sqrt(head_dim), "inv_d": 1.0 / head_dim,
-                         "constant": 1.0}[policy]
-
-
-def max_causal_logit(q: jax.Array, k: jax.Array, scale) -> jax.Array:
-    """Largest scaled score ``scale * q.k`` over causal pairs (before bias and soft-capping):
-    the attention-logit growth that precedes divergence (Wortsman et al. 2023)."""
-    B, T, N, H = q.shape
-    K = k.shape[2]
-    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,)).reshape(K, N // K)
-    logits = scaled_logits(q.reshape(B, T, K, N // K, H), k, scale, None)
-    causal = jnp.tril(jnp.ones((T, T), bool))
-    return jnp.where(causal, logits, -jnp.inf).max()
-
-
 class MultiHeadAttention(nn.Module):
     """Causal multi-head self-attention of a decoder.
 
@@ -76,9 +50,14 @@ class MultiHeadAttention(nn.Module):
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
     which computes the same function. When applied with ``mutable=["intermediates"]`` it also
-    sows ``max_logit`` (see ``max_causal_logit``) for diagnostics, and with ``return_weights``
-    as well the queries and keys that meet in the scores (after qk-norm and the ``rotate``
-    hook) as ``queries`` ``[B, T, N, H]`` and ``keys`` ``[B, T, K, H]``.
+    sows ``max_logit`` ``[N]`` (``ops.stats.causal_max_logit``) for diagnostics, and with
+    ``return_weights`` as well the queries and keys that meet in the scores (after qk-norm and
+    the ``rotate`` hook) as ``queries`` ``[B, T, N, H]`` and ``keys`` ``[B, T, K, H]``, and
+    the logit scale of every head as ``scale`` ``[N]``.
+
+    Decoding appends to a cache of ``max_length`` entries: a call with more tokens than that is
+    refused, and a step that would write past the end returns NaN (a cache cannot hold it;
+    ``attnjax.generate.sample`` refuses such a request up front).
 
     ``head_gates`` ``[N]`` (optional) multiplies head h's output ``[B, T, N, H]`` by
     ``head_gates[h]`` before the output projection: 0 knocks the head out, and the gradient
@@ -91,88 +70,76 @@ class MultiHeadAttention(nn.Module):
     def __call__(self, x, positions, *, deterministic: bool = True, decode: bool = False,
                  return_weights: bool = False, head_gates=None):
         cfg, att = self.config, self.config.attention
-        N, K, H = att.num_heads, att.kv_heads, cfg.head_dim
-        dtype = jnp.dtype(cfg.dtype)
-        dense = lambda features, name: nn.DenseGeneral(features, use_bias=att.use_bias,
-                                                       dtype=dtype, name=name)
-        if att.fused_qkv:
-            q, k, v = jnp.split(dense((N + 2 * K, H), "qkv")(x), [N, N + K], axis=2)
-        else:
-            q, k, v = dense((N, H), "query")(x), dense((K, H), "key")(x), dense((K, H), "value")(x)
-        if att.qk_norm == "kappa":
-            q, k = normalize_rms(q, att.qk_kappa), normalize_rms(k, att.qk_kappa)
-        elif att.qk_norm != "none":
-            q = NORMS[att.qk_norm](dtype=dtype, name="query_norm")(q)
-            k = NORMS[att.qk_norm](dtype=dtype, name="key_norm")(k)
+        kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights)
+        q, k, v = self._project(x)
+        q, k = QK_NORMS.get(att.qk_norm).apply(self, q, k, att, jnp.dtype(cfg.dtype))
         position = POSITIONS.get(cfg.position.kind)
         if position.rotate is not None:
             q, k = position.rotate(q, k, positions, positions, cfg)
-
-        extra = {}
-        if decode:
-            k, v, extra = self._update_cache(k, v, positions)
+        extra = self._update_cache(k, v, positions) if decode else {}
+        k, v = extra.pop("key", k), extra.pop("value", v)
         bias = position.bias(self, cfg) if position.bias is not None else None
-
-        if att.scale == "learned":
-            log_scale = self.param("log_scale", nn.initializers.constant(math.log(
-                base_scale("inv_sqrt_d", H, att.scale_multiplier))), (N,))
-            scale = jnp.exp(log_scale)
-        else:
-            scale = base_scale(att.scale, H, att.scale_multiplier)
+        scale = SCALES.get(att.scale).scale(self, att, cfg.head_dim)
         if self.is_mutable_collection("intermediates") and not decode:
-            self.sow("intermediates", "max_logit", max_causal_logit(q, k, scale))
-            if return_weights:
-                self.sow("intermediates", "queries", q)
-                self.sow("intermediates", "keys", k)
-        sink = None
-        if att.sink == "learned":
-            sink = self.param("sink", nn.initializers.zeros, (N,))
-        elif att.sink == "plus_one":
-            sink = 0.0
-        probs_dropout = not deterministic and att.dropout.startswith("probs")
-        kernel, spec = att.kernel, KERNELS.get(att.kernel)
-        if return_weights and "return_weights" not in spec.supports:
-            if not spec.exact:
-                raise ValueError(f"model.attention.kernel={kernel!r} cannot return attention "
-                                 "weights (it is not softmax attention)")
-            kernel = "reference"  # computes the same function, and can
+            self._sow_diagnostics(q, k, scale, return_weights)
         result = dot_product_attention(
-            q, k, v, bias, scale=scale, is_causal=True,
-            local_window_size=None if att.window is None else (att.window - 1, 0),
-            logit_soft_cap=att.logit_soft_cap, sink=sink,
-            dropout_rate=att.dropout_rate if probs_dropout else 0.0,
-            dropout_rng=self.make_rng("dropout") if probs_dropout else None,
-            dropout_shared_across_heads=att.dropout == "probs_shared",
-            return_weights=return_weights, implementation=kernel,
-            **({"block_q": att.block_q, "block_k": att.block_k} if kernel == "chunked" else {}),
-            **extra)
+            q, k, v, bias, scale=scale, **score_arguments(att),
+            sink=SINKS.get(att.sink).logit(self, att),
+            **probability_dropout(self, att, deterministic), return_weights=return_weights,
+            implementation=kernel, **kernel_settings(att, kernel), **extra)
         out, weights = result if return_weights else (result, None)
         if return_weights:
             self.sow("intermediates", "attn_weights", weights)
         if head_gates is not None:
             out = out * jnp.asarray(head_gates)[:, None].astype(out.dtype)
-        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias, dtype=dtype,
-                              name="out")(out)
-        if att.dropout == "output":
+        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
+                              dtype=jnp.dtype(cfg.dtype), name="out")(out)
+        if DROPOUTS.get(att.dropout).on_output:
             out = Dropout(att.dropout_rate)(out, deterministic=deterministic)
         return out, weights
 
-    def _update_cache(self, k, v, positions):
-        """Write this step's keys/values at the cache index; return the whole cache and the
-        kernel arguments that place the queries after the cached keys."""
+    def _project(self, x):
+        """Slot 1: queries ``[B, T, N, H]``, keys and values ``[B, T, K, H]``."""
+        cfg, att = self.config, self.config.attention
+        N, K, H = att.num_heads, att.kv_heads, cfg.head_dim
+        dense = lambda features, name: nn.DenseGeneral(features, use_bias=att.use_bias,
+                                                       dtype=jnp.dtype(cfg.dtype), name=name)
+        if att.fused_qkv:
+            return jnp.split(dense((N + 2 * K, H), "qkv")(x), [N, N + K], axis=2)
+        return dense((N, H), "query")(x), dense((K, H), "key")(x), dense((K, H), "value")(x)
+
+    def _sow_diagnostics(self, q, k, scale, with_qk: bool):
+        """What diagnostics read: the largest causal logit per head, and with ``with_qk`` the
+        queries and keys that meet in the scores and the scale of every head."""
+        self.sow("intermediates", "max_logit", causal_max_logit(q, k, scale))
+        if with_qk:
+            self.sow("intermediates", "queries", q)
+            self.sow("intermediates", "keys", k)
+            self.sow("intermediates", "scale", jnp.broadcast_to(
+                jnp.asarray(scale, jnp.float32), (self.config.attention.num_heads,)))
+
+    def _update_cache(self, k, v, positions) -> dict:
+        """Write this step's keys/values at the cache index; return the whole cache (``key``,
+        ``value``) and the kernel arguments that place the queries after the cached keys."""
         B, T, K, H = k.shape
         length = self.config.max_length
+        if T > length:
+            raise ValueError(f"decoding {T} tokens at once exceeds the KV cache "
+                             f"(model.max_length={length})")
         initialized = self.has_variable("cache", "key")
         cached_k = self.variable("cache", "key", jnp.zeros, (B, length, K, H), k.dtype)
         cached_v = self.variable("cache", "value", jnp.zeros, (B, length, K, H), v.dtype)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if not initialized:  # the init call only creates the cache
-            return k, v, {}
+            return {}
         start = index.value
+        fits = start + T <= length      # dynamic_update_slice would clamp and overwrite
         cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, start, 0, 0))
         cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, start, 0, 0))
         index.value = start + T
-        extra = dict(query_positions=jnp.broadcast_to(positions, (B, T)),
-                     key_positions=jnp.arange(length)[None, :],
-                     key_value_seq_lengths=jnp.full((B,), start + T, jnp.int32))
-        return cached_k.value, cached_v.value, extra
+        poison = lambda x: jnp.where(fits, x, jnp.nan).astype(x.dtype)
+        return dict(key=cached_k.value, value=poison(cached_v.value),
+                    query_positions=jnp.broadcast_to(positions, (B, T)),
+                    key_positions=jnp.arange(length)[None, :],
+                    key_value_seq_lengths=jnp.full((B,), jnp.minimum(start + T, length),
+                                                   jnp.int32))

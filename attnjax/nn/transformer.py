@@ -15,8 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import ModelConfig
-from attnjax.nn.attention import NORMS, Dropout, MultiHeadAttention
+from attnjax.nn.attention import Dropout, MultiHeadAttention
+from attnjax.nn.slots import NORMS
 from attnjax.registry import POSITIONS
+
+# DecoderLM's parameters whose leading axis is the vocabulary (input and output embeddings)
+VOCAB_PARAMS = ("embed", "unembed")
 
 
 def knockout_gates(config: ModelConfig, head_gates=None):
@@ -32,6 +36,13 @@ def knockout_gates(config: ModelConfig, head_gates=None):
     for layer, head in config.attention.knockout:
         keep[layer, head] = 0.0
     return jnp.asarray(keep) if head_gates is None else head_gates * keep
+
+
+def sown_by_layer(intermediates: dict, num_layers: int) -> list[dict]:
+    """What each layer's attention sowed into ``intermediates`` (``max_logit``, and with
+    ``return_weights`` ``queries``, ``keys``, ``scale`` and ``attn_weights``), in layer order."""
+    return [{name: values[0] for name, values in intermediates[f"block_{i}"]["attention"].items()}
+            for i in range(num_layers)]
 
 
 class FeedForward(nn.Module):
@@ -107,7 +118,7 @@ class DecoderLM(nn.Module):
                     counter.value = offset + tokens.shape[1]
             positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
         embed = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(0.02),
-                         name="embed")
+                         name=VOCAB_PARAMS[0])
         x = embed(tokens).astype(dtype)
         position = POSITIONS.get(cfg.position.kind)
         if position.embed is not None:
@@ -125,6 +136,6 @@ class DecoderLM(nn.Module):
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:
-            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, name="unembed")(x)
+            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, name=VOCAB_PARAMS[1])(x)
         aux = {"attn_weights": tuple(weights)} if return_weights else {}
         return logits.astype(jnp.float32), aux

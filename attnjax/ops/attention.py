@@ -27,7 +27,8 @@ Miller 2023 / Xiao et al. 2023, "Efficient Streaming Language Models with Attent
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Union
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ from attnjax.ops.masks import MaskSpec, mask_value
 from attnjax.registry import KERNELS
 
 BiasFn = Callable[[jax.Array, jax.Array], jax.Array]
-Bias = Union[jax.Array, BiasFn, None]
+Bias = jax.Array | BiasFn | None
 
 # Option names a kernel may or may not honour; the front door and the config check use these.
 OPTIONS = ("bias", "mask", "positions", "window", "block_causal", "segment", "padding",
@@ -45,16 +46,29 @@ OPTIONS = ("bias", "mask", "positions", "window", "block_causal", "segment", "pa
 
 
 class KernelSpec(NamedTuple):
-    """A registered attention kernel.
+    """A registered attention kernel: every fact about it that code outside it needs.
 
     ``fn(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
-    return_weights, **options)``; ``exact=True`` means it computes softmax attention and must
-    match ``reference`` within float tolerance (the parity tests check every such kernel).
+    return_weights, **settings)``. ``supports``: the ``OPTIONS`` it honours (the front door
+    and the config refuse the rest). ``exact``: it computes softmax attention and must match
+    ``reference`` within float tolerance (the parity tests check every such kernel).
+    ``causal_only_aligned``: causal attention only for queries and keys of equal length.
+    ``settings``: the ``model.attention`` fields it reads, passed as keyword arguments when
+    set (e.g. ``block_q``); a model with another kernel may not set them. ``backends``: the JAX
+    backends it runs on (``None``: all). ``test_options``: settings that exercise it on tiny
+    inputs (e.g. several blocks at length 9), used by the parity table.
     """
     fn: Callable
     supports: frozenset
     exact: bool = True
     causal_only_aligned: bool = False
+    settings: tuple[str, ...] = ()
+    backends: frozenset | None = None
+    test_options: tuple[tuple[str, int], ...] = ()
+
+    def available(self) -> bool:
+        """Whether it runs on this process's default JAX backend."""
+        return self.backends is None or jax.default_backend() in self.backends
 
 
 class Dropout(NamedTuple):
@@ -183,7 +197,8 @@ def _as_4d(x: jax.Array | None, name: str) -> jax.Array | None:
     if x is None or callable(x):
         return x
     if x.ndim > 4:
-        raise ValueError(f"{name} must broadcast to [batch, heads, q_len, k_len], got shape {x.shape}")
+        raise ValueError(f"{name} must broadcast to [batch, heads, q_len, k_len], got shape "
+                         f"{x.shape}")
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 

@@ -108,5 +108,6 @@ def _explicit(x: jax.Array) -> bool:
     return bool(getattr(mesh, "explicit_axes", ()))
 
 
-KERNELS.register("chunked", KernelSpec(chunked_attention,
-                                       frozenset(OPTIONS) - {"return_weights"}))
+KERNELS.register("chunked", KernelSpec(
+    chunked_attention, frozenset(OPTIONS) - {"return_weights"}, settings=("block_q", "block_k"),
+    test_options=(("block_q", 4), ("block_k", 5))))

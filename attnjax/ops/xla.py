@@ -30,7 +30,8 @@ def jax_nn_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
         # XLA:CPU has no float16 x float16 -> float32 dot: compute in float32, round back.
         as32 = lambda x: None if x is None or callable(x) else x.astype(jnp.float32)
         out = jax_nn_attention(query.astype(jnp.float32), key.astype(jnp.float32),
-                               value.astype(jnp.float32), bias=bias if callable(bias) else as32(bias),
+                               value.astype(jnp.float32),
+                               bias=bias if callable(bias) else as32(bias),
                                mask=mask, scale=scale, logit_soft_cap=None, sink=None,
                                dropout=None, return_weights=False, implementation=implementation)
         return out.astype(query.dtype)
@@ -50,6 +51,6 @@ def jax_nn_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
     return out
 
 
-for _name in ("xla", "cudnn"):
+for _name, _backends in (("xla", None), ("cudnn", frozenset({"gpu"}))):
     KERNELS.register(_name, KernelSpec(functools.partial(jax_nn_attention, implementation=_name),
-                                       frozenset(OPTIONS) - _UNSUPPORTED))
+                                       frozenset(OPTIONS) - _UNSUPPORTED, backends=_backends))

@@ -4,7 +4,7 @@ hyperparameters train as one vmapped program; see ``attnjax.train.hyper``).
 
 Every launcher skips finished runs and resumes interrupted ones from their checkpoints (the
 run directory is the truth), and isolates failures: a run that raises or diverges is recorded
-as failed, with its error in ``sweep.json`` and its traceback in ``<run>/error.txt``, and the
+as failed, with its error in the sweep's record and its traceback in the run directory, and the
 other runs go on. A vmapped group that fails is retried run by run to find the culprit.
 """
 
@@ -18,13 +18,14 @@ import traceback
 from pathlib import Path
 
 from attnjax.config import Config, from_dict, to_dict
-from attnjax.sweep.record import entry, open_record, save_record
+from attnjax.registry import LAUNCHERS
+from attnjax.rundir import RunDir, SweepDir
+from attnjax.sweep.record import entry, open_record
 from attnjax.sweep.spec import Run, expand
-from attnjax.train import hyper
 from attnjax.sweep.variants import eval_variants, evaluate_variants
-from attnjax.train.loop import read_summary, train, train_group
+from attnjax.train import hyper
+from attnjax.train.loop import train, train_group
 
-LAUNCHERS = ("sequential", "processes", "vmap")
 DIVERGED_FRACTION = 0.1    # a run that skipped more than this fraction of its updates diverged
 
 
@@ -44,11 +45,14 @@ def divergence(summary: dict, config: Config) -> str | None:
 class _Sweep:
     """The record and the bookkeeping every launcher shares."""
 
-    def __init__(self, directory: Path, record: dict, log):
-        self.directory, self.record, self.log = directory, record, log
+    def __init__(self, sweep_dir: SweepDir, record: dict, log):
+        self.sweep_dir, self.record, self.log = sweep_dir, record, log
 
-    def run_dir(self, run: Run) -> Path:
-        return self.directory / run.name
+    def run_dir(self, run: Run) -> RunDir:
+        return self.sweep_dir.run(run.name)
+
+    def save(self):
+        self.sweep_dir.save(self.record)
 
     def finish(self, run: Run, summary: dict | None = None, error: str | None = None,
                trace: str | None = None, quiet: bool = False):
@@ -59,9 +63,8 @@ class _Sweep:
             error = error or divergence(summary, run.config)
             item.update(status="failed" if error else "finished", error=error, summary=summary)
             if trace:
-                self.run_dir(run).mkdir(parents=True, exist_ok=True)
-                (self.run_dir(run) / "error.txt").write_text(trace)
-        save_record(self.directory, self.record)
+                self.run_dir(run).write_error(trace)
+        self.save()
         if quiet:
             return
         shown = error or (f"val loss {summary['eval'][str(run.config.data.length)]['loss']:.4f}"
@@ -71,13 +74,13 @@ class _Sweep:
     def mark_running(self, runs: list[Run]):
         for run in runs:
             entry(self.record, run.name)["status"] = "running"
-        save_record(self.directory, self.record)
+        self.save()
 
     def train_one(self, run: Run, progress: bool) -> dict | None:
         """Train one run in this process; returns its summary, or None if it failed."""
         self.mark_running([run])
         try:
-            summary = train(run.config, self.run_dir(run), progress=progress)
+            summary = train(run.config, self.run_dir(run).path, progress=progress)
         except KeyboardInterrupt:
             self.finish(run, {"status": "interrupted"})
             raise
@@ -120,7 +123,7 @@ def _processes(sweep: _Sweep, runs: list[Run], jobs, progress):
     sweep.mark_running(runs)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(jobs or 2, mp_context=context) as pool:
-        futures = {pool.submit(_train_in_worker, to_dict(run.config), str(sweep.run_dir(run))):
+        futures = {pool.submit(_train_in_worker, to_dict(run.config), str(sweep.run_dir(run).path)):
                    run for run in runs}
         for future in concurrent.futures.as_completed(futures):
             run, result = futures[future], future.result()
@@ -147,7 +150,7 @@ def _vmap(sweep: _Sweep, runs: list[Run], jobs, progress):
         sweep.mark_running(group)
         try:
             summaries = train_group([r.config for r in group],
-                                    [sweep.run_dir(r) for r in group], progress=progress)
+                                    [sweep.run_dir(r).path for r in group], progress=progress)
         except KeyboardInterrupt:
             for run in group:
                 sweep.finish(run, {"status": "interrupted"})
@@ -167,7 +170,11 @@ def _keep_going(summary: dict | None) -> bool:
     return summary is None or summary["status"] != "interrupted"
 
 
-_LAUNCH = {"sequential": _sequential, "processes": _processes, "vmap": _vmap}
+# A launcher is ``fn(sweep, runs, jobs, progress)``: train ``runs`` (a list of ``Run``), report
+# each through ``sweep.finish``, and stop launching after a run that was interrupted.
+LAUNCHERS.register("sequential", _sequential)
+LAUNCHERS.register("processes", _processes)
+LAUNCHERS.register("vmap", _vmap)
 
 
 def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = "sequential",
@@ -176,18 +183,17 @@ def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = 
     """Run (or resume) every run of an experiment's sweep into ``directory``; returns the
     record (see ``attnjax.sweep.record``). ``jobs``: worker processes for ``processes``, the
     largest vmapped group for ``vmap``."""
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"--launcher={launcher!r} is not valid; choices: {', '.join(LAUNCHERS)}")
+    launch = LAUNCHERS.get(launcher, "--launcher")
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     runs = expand(experiment, overrides)
     variants = eval_variants(experiment, runs)
-    directory = Path(directory)
-    record = open_record(directory, str(experiment), list(overrides), launcher, runs)
-    sweep = _Sweep(directory, record, log)
+    sweep_dir = SweepDir(directory)
+    record = open_record(sweep_dir, str(experiment), list(overrides), launcher, runs)
+    sweep = _Sweep(sweep_dir, record, log)
     todo = []
     for run in runs:
-        item, summary = entry(record, run.name), read_summary(sweep.run_dir(run))
+        item, summary = entry(record, run.name), sweep.run_dir(run).summary()
         if summary is not None:
             if item["summary"] is None or item["status"] not in ("finished", "failed"):
                 sweep.finish(run, summary, quiet=True)
@@ -196,6 +202,6 @@ def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = 
     finished = sum(entry(record, r.name)["status"] == "finished" for r in runs)
     log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
         f"({launcher} launcher)")
-    _LAUNCH[launcher](sweep, todo, jobs, progress)
+    launch(sweep, todo, jobs, progress)
     evaluate_variants(sweep, runs, variants)
     return record

@@ -19,7 +19,7 @@ import itertools
 import re
 from pathlib import Path
 
-from attnjax.config import Config, apply_overrides
+from attnjax.config import Config, apply_overrides, parse_overrides
 from attnjax.experiment import load_experiment
 
 BASE_NAME = "base"
@@ -84,15 +84,15 @@ def expand(experiment: str | Path, overrides: list[str] | dict = ()) -> list[Run
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"get_sweep() of {str(experiment)!r} must return a list of dicts")
     base = module.get_config()
+    cli = parse_overrides(overrides) if isinstance(overrides, (list, tuple)) else dict(overrides)
     runs, seen = [], {}
     for entry in entries:
         name = run_name(entry)
         if name in seen:
             raise ValueError(f"get_sweep() of {str(experiment)!r} lists run {name!r} twice")
         seen[name] = True
-        try:
-            config = apply_overrides(base, entry) if entry else base
-            config = apply_overrides(config, overrides) if overrides else config
+        try:    # the entry and the command line's overrides (which win), validated together
+            config = apply_overrides(base, {**entry, **cli})
         except ValueError as error:
             raise ValueError(f"sweep run {name!r}: {error}") from None
         runs.append(Run(name, dict(entry), config))

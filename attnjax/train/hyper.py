@@ -19,6 +19,7 @@ import copy
 import jax.numpy as jnp
 
 from attnjax.config import Config, apply_overrides
+from attnjax.registry import SCALES
 
 # dotted field -> dtype; a rate that is 0 in one run and not in another changes the structure
 VALUES = {
@@ -41,10 +42,10 @@ def _get(config, path: str):
 
 
 def value_fields(config: Config) -> tuple[str, ...]:
-    """The fields that are program arguments for this config. A learned scale's initial value
-    is computed on the host from ``scale_multiplier``, so there it stays structural."""
+    """The fields that are program arguments for this config. A scale policy that reads
+    ``scale_multiplier`` on the host (the learned scale's initial value) keeps it structural."""
     fields = tuple(VALUES)
-    if config.model.attention.scale == "learned":
+    if SCALES.get(config.model.attention.scale).host_multiplier:
         fields = tuple(f for f in fields if f != "model.attention.scale_multiplier")
     return fields
 

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import Config
-from attnjax.train import hyper
 from attnjax.nn import DecoderLM
+from attnjax.train import hyper
 from attnjax.train.optim import make_optimizer
 
 PARAMS_STREAM, DROPOUT_STREAM = 1, 2

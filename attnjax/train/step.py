@@ -15,7 +15,7 @@ References: Chowdhery et al. 2022, "PaLM" (z-loss).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -23,14 +23,11 @@ import optax
 
 from attnjax.config import Config
 from attnjax.nn import DecoderLM
+from attnjax.nn.probe import head_stat_arrays
+from attnjax.nn.transformer import sown_by_layer
+from attnjax.ops.stats import mean_entropy
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, TrainState, stream_key
-
-
-def attention_entropy(weights: tuple) -> jax.Array:
-    """Mean over layers, heads and query rows of ``-sum_j p_j log p_j``."""
-    per_layer = [-(w * jnp.log(jnp.where(w > 0, w, 1.0))).sum(-1).mean() for w in weights]
-    return jnp.mean(jnp.stack(per_layer))
 
 
 def token_sums(logits: jax.Array, batch: dict) -> dict:
@@ -60,7 +57,7 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
                                   return_weights=want_entropy, rngs={"dropout": rng})
         sums = token_sums(logits, micro)
         loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
-        entropy = attention_entropy(aux["attn_weights"]) if want_entropy else jnp.zeros(())
+        entropy = mean_entropy(aux["attn_weights"]) if want_entropy else jnp.zeros(())
         # the mean over micro-batches and devices of the entropy: its gradients are summed
         return loss + cfg.entropy_reg * entropy / (cfg.grad_accum * replicas), (sums, entropy)
 
@@ -91,7 +88,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        keep = lambda new, old: jax.tree_util.tree_map(
+            lambda a, b: jnp.where(finite, a, b), new, old)
         new_state = TrainState(step=state.step + 1, params=keep(params, state.params),
                                opt_state=keep(opt_state, state.opt_state),
                                skipped=state.skipped + (~finite).astype(jnp.int32))
@@ -117,21 +115,19 @@ def make_eval_step(config: Config) -> Callable:
 def make_diagnostics(config: Config) -> Callable:
     """``diagnostics(params, batch) -> {"max_attn_logit", ...}``: the largest causal attention
     logit over all layers and heads (sown by the attention modules) and, with
-    ``train.head_metrics``, every head's statistics (``attnjax.analysis.diagnostics``)."""
-    model = DecoderLM(config.model)
-    head_metrics = None
-    if config.train.head_metrics:
-        from attnjax.analysis.diagnostics import make_head_metrics  # analysis builds on train
-        head_metrics = make_head_metrics(config)
+    ``train.head_metrics``, every head's statistics (``attnjax.nn.probe``) as
+    ``head_<stat>/L{l}H{h}``."""
+    model, cfg = DecoderLM(config.model), config.model
 
     def diagnostics(params, batch):
         _, variables = model.apply({"params": params}, batch["inputs"],
                                    mutable=["intermediates"])
-        found = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(variables)
-                 if "max_logit" in jax.tree_util.keystr(path)]
-        out = {"max_attn_logit": jnp.max(jnp.stack(found))}
-        if head_metrics is not None:
-            out.update(head_metrics(params, batch["inputs"]))
+        sown = sown_by_layer(variables["intermediates"], cfg.num_layers)
+        out = {"max_attn_logit": jnp.max(jnp.stack([s["max_logit"] for s in sown]))}
+        if config.train.head_metrics:
+            stats = head_stat_arrays(cfg, params, batch["inputs"])
+            out.update({f"head_{name}/L{l}H{h}": value[l, h] for name, value in stats.items()
+                        for l in range(cfg.num_layers) for h in range(cfg.attention.num_heads)})
         return out
 
     return diagnostics
