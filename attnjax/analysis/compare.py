@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import time
 from pathlib import Path
 
 import jax
@@ -33,14 +32,9 @@ import numpy as np
 from attnjax.analysis import compare_plots as plots
 from attnjax.analysis.capture import attention_weights, probe_batch
 from attnjax.config import Config
-from attnjax.train.checkpoint import Checkpoints
-from attnjax.train.logging import read_metrics
-from attnjax.train.loop import _differences, load_config
-from attnjax.train.state import init_state
-
-RECENT_SECONDS = 120        # metrics.jsonl written this recently + no summary = still running
-WHICH = ("best", "latest")
-
+from attnjax.nn.transformer import VOCAB_PARAMS
+from attnjax.ops.stats import cosine
+from attnjax.rundir import ABSENT, WHICH, NoCheckpointError, RunDir, SweepDir, config_differences
 
 # ---------------------------------------------------------------------------------- the math
 
@@ -65,26 +59,12 @@ def js_divergence(p, q, axis: int = -1) -> np.ndarray:
     return np.clip(0.5 * kl_to_m(p) + 0.5 * kl_to_m(q), 0.0, math.log(2.0))
 
 
-def _flat_pair(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64)
-    if b.size != a.size:
-        raise ValueError(f"b has {b.size} elements, a has {a.size}; they must match")
-    return a, b.ravel()
-
-
 def relative_l2(a, b) -> float:
     """``||a - b||_2 / max(||a||_2, tiny)`` of the flattened arrays (relative to ``a``)."""
-    a, b = _flat_pair(a, b)
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if b.size != a.size:
+        raise ValueError(f"b has {b.size} elements, a has {a.size}; they must match")
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), np.finfo(np.float64).tiny))
-
-
-def cosine(a, b) -> float:
-    """``<a, b> / (||a|| ||b||)`` of the flattened arrays; 1 if both are zero, NaN if one is."""
-    a, b = _flat_pair(a, b)
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 or nb == 0:
-        return 1.0 if na == nb else float("nan")
-    return float(np.clip(a @ b / (na * nb), -1.0, 1.0))
 
 
 def _natural(path: str):
@@ -116,28 +96,6 @@ def parameter_differences(params_a, params_b) -> tuple[list[dict], list[dict]]:
             rows.append({"path": path, "shape": a.shape, "relative_l2": relative_l2(a, b),
                          "cosine": cosine(a, b)})
     return rows, other
-
-
-class _Absent:
-    def __repr__(self):
-        return "(absent)"
-
-
-ABSENT = _Absent()      # a key one config.json does not have
-
-
-def config_differences(dict_a: dict, dict_b: dict) -> list[tuple[str, object, object]]:
-    """``(dotted key, value in A, value in B)`` for every leaf that differs (``ABSENT`` where a
-    dict lacks the key); the keys come from the training loop's own config check."""
-    def get(tree, key):
-        for part in key.split("."):
-            if not isinstance(tree, dict) or part not in tree:
-                return ABSENT
-            tree = tree[part]
-        return tree
-
-    keys = [line.split(": ", 1)[0] for line in _differences(dict_a, dict_b)]
-    return [(key, get(dict_a, key), get(dict_b, key)) for key in keys]
 
 
 def attention_divergence(weights_a, weights_b) -> np.ndarray:
@@ -183,41 +141,19 @@ def _probe(config: Config) -> np.ndarray:
     return tokens
 
 
-def _still_running(path: Path) -> bool:
-    if (path / "summary.json").exists():
-        return False
-    metrics = path / "metrics.jsonl"
-    fresh = metrics.exists() and time.time() - metrics.stat().st_mtime < RECENT_SECONDS
-    return fresh or any((path / "ckpt").glob("*.orbax-checkpoint-tmp*"))
-
-
-def _read_checkpoint(path: Path, config: Config, which: str):
-    """``(params, step)`` of the run's best or latest good checkpoint, opened read-only (no
-    clean-up of unfinished saves); ``(None, None)`` without one."""
-    directory = path / "ckpt"
-    if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
-        return None, None
-    reader = Checkpoints(directory, read_only=True)
-    try:
-        state, step = reader.restore(init_state(config),
-                                     reader.best_step() if which == "best" else None)
-    finally:
-        reader.close()
-    return (None, None) if state is None else (state.params, step)
-
-
 def load_run(path: str | Path, label: str, which: str = "best") -> Run:
     """Read a run directory; ``ValueError`` if it is not one."""
     if which not in WHICH:
         raise ValueError(f"which={which!r} is not valid; choices: {', '.join(WHICH)}")
-    path = Path(path)
-    config = load_config(path)                   # ValueError: not a run directory
-    summary_path = path / "summary.json"
-    run = Run(path, label, config, json.loads((path / "config.json").read_text()),
-              json.loads(summary_path.read_text()) if summary_path.exists() else None,
-              read_metrics(path / "metrics.jsonl"))
-    running = _still_running(path)
-    run.params, run.step = _read_checkpoint(path, config, "latest" if running else which)
+    run_dir = RunDir(path)
+    config_dict = run_dir.config_dict()          # ValueError: not a run directory
+    run = Run(run_dir.path, label, run_dir.config(), config_dict, run_dir.summary(),
+              run_dir.metrics())
+    running = run_dir.is_running()
+    try:
+        _, run.params, run.step = run_dir.params("latest" if running else which)
+    except NoCheckpointError:
+        pass                                     # compared on its config and metrics only
     logged = run.metrics[-1]["step"] if run.metrics else 0
     if run.params is None:
         run.notes.append(f"{label} has no usable checkpoint: only its config and metrics are "
@@ -259,7 +195,7 @@ def comparison(a: Run, b: Run, out_dir: Path) -> dict:
         rows, other = parameter_differences(a.params, b.params)
         if (a.config.model.vocab_size, a.config.data.vocab_size) != (
                 b.config.model.vocab_size, b.config.data.vocab_size):
-            embedding = [r for r in rows if r["path"].split("/")[0] in ("embed", "unembed")]
+            embedding = [r for r in rows if r["path"].split("/")[0] in VOCAB_PARAMS]
             rows = [r for r in rows if r not in embedding]
             other += [{"path": r["path"], "reason": "different vocabularies"} for r in embedding]
         result["params"] = (rows, other)
@@ -307,38 +243,31 @@ def compare_runs(run_a, run_b, out_dir, *, which: str = "best") -> str:
     return summary + f"\nreport: {out_dir / 'report.md'}"
 
 
-def _sweep_runs(sweep_dir: Path) -> list[dict]:
-    path = sweep_dir / "sweep.json"
-    if not path.exists():
-        raise ValueError(f"sweep_dir {str(sweep_dir)!r} is not a sweep directory (no sweep.json)")
-    return json.loads(path.read_text()).get("runs", [])
-
-
 def compare_sweep(sweep_dir, baseline, out_dir, *, which: str = "best") -> str:
     """Compare every run of a sweep against ``baseline`` (a run directory, or the name of a run
     in the sweep); ``out_dir/report.md`` is the overview, ``out_dir/<run>/`` each comparison."""
-    sweep_dir, out_dir = Path(sweep_dir), Path(out_dir)
-    entries = _sweep_runs(sweep_dir)
+    sweep, out_dir = SweepDir(sweep_dir), Path(out_dir)
+    entries = sweep.record()["runs"]
     names = [entry["name"] for entry in entries]
-    if (Path(baseline) / "config.json").exists():
+    if RunDir(baseline).exists():
         base_dir = Path(baseline)
-    elif str(baseline) in names and (sweep_dir / str(baseline) / "config.json").exists():
-        base_dir = sweep_dir / str(baseline)
+    elif str(baseline) in names and sweep.run(str(baseline)).exists():
+        base_dir = sweep.run(str(baseline)).path
     else:
         raise ValueError(f"baseline {str(baseline)!r} is neither a run directory nor a started "
                          f"run of the sweep ({', '.join(names) or 'no runs'})")
     base = load_run(base_dir, f"baseline ({Path(os.path.abspath(base_dir)).name})", which)
     results = []
     for entry in entries:
-        run_dir = sweep_dir / entry["name"]
-        if run_dir.resolve() == base_dir.resolve():
+        run_dir = sweep.run(entry["name"])
+        if run_dir.path.resolve() == base_dir.resolve():
             continue
-        if not (run_dir / "config.json").exists():
+        if not run_dir.exists():
             results.append({"name": entry["name"], "status": entry.get("status", "?"),
-                            "missing": "no config.json in its directory" if run_dir.is_dir()
+                            "missing": "no config.json in its directory" if run_dir.path.is_dir()
                             else "no run directory yet"})
             continue
-        run = load_run(run_dir, entry["name"], which)
+        run = load_run(run_dir.path, entry["name"], which)
         result = comparison(base, run, out_dir / entry["name"])
         report, _ = render_pair(result, which)
         (out_dir / entry["name"] / "report.md").write_text(report)

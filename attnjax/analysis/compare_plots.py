@@ -7,10 +7,9 @@ import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from attnjax.analysis.figures import subplots
 
 LN2 = math.log(2.0)
 
@@ -18,18 +17,17 @@ LN2 = math.log(2.0)
 def _save(fig, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path).name
 
 
 def parameter_bars(rows: list[dict], path: Path, label_a: str, label_b: str) -> str:
     """Horizontal bars of relative L2 per parameter, one colour per layer (first path part)."""
     groups = [r["path"].split("/")[0] for r in rows]
-    palette = plt.get_cmap("tab10")
+    palette = matplotlib.colormaps["tab10"]
     order = list(dict.fromkeys(groups))
     colours = [palette(order.index(g) % 10) for g in groups]
     values = np.array([r["relative_l2"] for r in rows])
-    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * len(rows)))
+    fig, ax = subplots(figsize=(9, 1.4 + 0.24 * len(rows)))
     y = np.arange(len(rows))
     ax.barh(y, values, color=colours)
     ax.set_yticks(y, labels=[r["path"] for r in rows], fontsize=8)
@@ -50,7 +48,7 @@ def parameter_bars(rows: list[dict], path: Path, label_a: str, label_b: str) -> 
 def js_heatmap(js: np.ndarray, path: Path, label_a: str, label_b: str) -> str:
     """Layer-by-head heatmap of the mean JS divergence, each cell annotated."""
     layers, heads = js.shape
-    fig, ax = plt.subplots(figsize=(max(4.5, 2.2 + 1.0 * heads), max(3.0, 1.4 + 0.7 * layers)))
+    fig, ax = subplots(figsize=(max(4.5, 2.2 + 1.0 * heads), max(3.0, 1.4 + 0.7 * layers)))
     top = max(float(js.max()), 0.01)                      # identical runs: a readable scale
     image = ax.imshow(js, cmap="viridis", vmin=0.0, vmax=top, aspect="auto")
     for i in range(layers):
@@ -68,7 +66,7 @@ def js_heatmap(js: np.ndarray, path: Path, label_a: str, label_b: str) -> str:
 def loss_curves(metrics_a: list[dict], metrics_b: list[dict], path: Path, label_a: str,
                 label_b: str) -> str:
     """Validation loss (markers) and logged training loss (faint) against step, both runs."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = subplots(figsize=(7.5, 4.5))
     for metrics, label, colour in ((metrics_a, label_a, "tab:blue"),
                                    (metrics_b, label_b, "tab:orange")):
         train = [(r["step"], r["loss"]) for r in metrics if "loss" in r]
@@ -89,7 +87,7 @@ def sweep_overview(names: list[str], js_means: list, val_losses: list, path: Pat
                    base_label: str) -> str:
     """Per run: mean attention JS against the baseline (bars) and validation loss (dots; the
     baseline's as a dashed line). ``val_losses`` holds ``(baseline, run)`` pairs or None."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 2.2 + 0.4 * len(names)), sharey=True)
+    fig, (left, right) = subplots(1, 2, figsize=(11, 2.2 + 0.4 * len(names)), sharey=True)
     y = np.arange(len(names))
     js = [v if v is not None else 0.0 for v in js_means]
     left.barh(y, js, color="tab:purple")

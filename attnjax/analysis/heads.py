@@ -30,18 +30,15 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from attnjax.analysis.heatmaps import plot_head_matrix  # noqa: E402
-from attnjax.config import Config  # noqa: E402
-from attnjax.data import Dataset  # noqa: E402
-from attnjax.generate import load_params  # noqa: E402
-from attnjax.nn import DecoderLM  # noqa: E402
-from attnjax.train.step import token_sums  # noqa: E402
+from attnjax.analysis.figures import subplots
+from attnjax.analysis.heatmaps import plot_head_matrix
+from attnjax.config import Config
+from attnjax.data import Dataset
+from attnjax.nn import DecoderLM
+from attnjax.rundir import RunDir
+from attnjax.train.step import token_sums
 
 ORDERS = ("importance", "knockout", "random")
 
@@ -214,7 +211,7 @@ def plot_pruning_curve(curves, path, title: str = "pruning heads"):
     """Loss and accuracy against the fraction of heads removed, one line per curve (a
     ``pruning_curve`` result, or a list of them)."""
     curves = [curves] if isinstance(curves, dict) else list(curves)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = subplots(1, 2, figsize=(10, 4))
     for curve in curves:
         for ax, key in ((left, "loss"), (right, "accuracy")):
             ax.plot(curve["fraction"], curve[key], marker="o", markersize=3, label=curve["order"])
@@ -226,7 +223,6 @@ def plot_pruning_curve(curves, path, title: str = "pruning heads"):
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None = None) -> str:
@@ -235,7 +231,7 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     Returns the Markdown of ``knockout.md``."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
-    config, params, step = load_params(run_dir, which)
+    config, params, step = RunDir(run_dir).params(which)
     batches = validation_batches(config)
     L, N = _shape(config)
     base = evaluate_gates(config, params, np.ones((L, N)), batches)

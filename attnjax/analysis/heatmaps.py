@@ -11,16 +11,13 @@ import csv
 import textwrap
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.colors import TwoSlopeNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from attnjax.analysis.capture import attention_weights, probe_batch  # noqa: E402
-from attnjax.analysis.diagnostics import format_head_table, head_statistics  # noqa: E402
-from attnjax.generate import load_params  # noqa: E402
+from attnjax.analysis.capture import attention_weights, probe_batch
+from attnjax.analysis.diagnostics import format_head_table, head_statistics
+from attnjax.analysis.figures import subplots
+from attnjax.rundir import RunDir
 
 VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
@@ -62,7 +59,7 @@ def plot_attention(weights, token_labels: list[str], title: str, path, max_token
     weights, labels, title = truncate(weights, list(token_labels), title, max_tokens)
     T = len(labels)
     side = max(4.0, 0.16 * T + 1.6)
-    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    fig, ax = subplots(figsize=(side + 1.0, side))
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
     fontsize = 8 if T <= 32 else 7
     ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
@@ -73,7 +70,6 @@ def plot_attention(weights, token_labels: list[str], title: str, path, max_token
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03, label="attention weight")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
@@ -85,8 +81,8 @@ def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
     T = weights.shape[-1]
     weights, _, title = truncate(weights, [""] * T, title, max_tokens)
     L, N = weights.shape[:2]
-    fig, axes = plt.subplots(L, N, figsize=(1.9 * N + 0.9, 1.9 * L + 0.5), squeeze=False,
-                             layout="constrained")
+    fig, axes = subplots(L, N, figsize=(1.9 * N + 0.9, 1.9 * L + 0.5), squeeze=False,
+                         layout="constrained")
     for layer in range(L):
         for head in range(N):
             ax = axes[layer, head]
@@ -98,7 +94,6 @@ def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes, shrink=min(1.0, 0.3 + 0.2 * L), label="attention weight")
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def plot_head_matrix(values, path, title: str, *, diverging: bool = False,
@@ -110,7 +105,7 @@ def plot_head_matrix(values, path, title: str, *, diverging: bool = False,
         raise ValueError(f"values must be [layers, heads], got shape {values.shape}")
     L, N = values.shape
     finite = values[np.isfinite(values)]
-    fig, ax = plt.subplots(figsize=(1.0 * N + 2.2, 0.7 * L + 1.6))
+    fig, ax = subplots(figsize=(1.0 * N + 2.2, 0.7 * L + 1.6))
     if diverging:
         span = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-12)
         norm, cmap = TwoSlopeNorm(0.0, -span, span), "RdBu_r"
@@ -132,7 +127,6 @@ def plot_head_matrix(values, path, title: str, *, diverging: bool = False,
     fig.colorbar(image, ax=ax, label=label)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_stats_csv(stats: dict[str, np.ndarray], path):
@@ -160,7 +154,7 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
         raise ValueError("give text or batch, not both")
     if batch is not None and batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    config, params, step = load_params(run_dir, which)
+    config, params, step = RunDir(run_dir).params(which)
     tokens = probe_batch(config, text=text, batch_size=batch or 4)
     weights = attention_weights(config, params, tokens)[:, 0]          # [layers, heads, T, T]
     labels = token_labels(tokens[0], byte_level=config.data.task == "text")

@@ -15,11 +15,12 @@ import math
 from pathlib import Path
 
 import matplotlib
+from matplotlib.artist import setp
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
+from matplotlib.transforms import offset_copy
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.transforms import offset_copy  # noqa: E402
+from attnjax.analysis.figures import subplots
 
 LOSS_LABEL = "loss (nats/token)"
 CAP_FACTOR = 10.0       # extrapolation: values above CAP_FACTOR x the lowest are capped
@@ -29,11 +30,11 @@ DPI = 120
 def colors(n: int) -> list:
     """``n`` distinguishable colours: tab10, tab20, then a sampled viridis."""
     if n <= 10:
-        return [plt.get_cmap("tab10")(i) for i in range(n)]
+        return [matplotlib.colormaps["tab10"](i) for i in range(n)]
     if n <= 20:
-        cmap = plt.get_cmap("tab20")
+        cmap = matplotlib.colormaps["tab20"]
         return [cmap(i) for i in range(n)]
-    return [plt.get_cmap("viridis")(i / (n - 1)) for i in range(n)]
+    return [matplotlib.colormaps["viridis"](i / (n - 1)) for i in range(n)]
 
 
 def _legend_outside(fig, ax, handles=None, labels=None, title=None):
@@ -50,7 +51,6 @@ def _legend_outside(fig, ax, handles=None, labels=None, title=None):
 def _save(fig, path: Path) -> Path:
     path = Path(path)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -73,7 +73,7 @@ def _log_y(ax, low: float, high: float):
     ax.set_yscale("log")
     ticks = log_ticks(low, high)
     ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _text(value) -> str:
@@ -87,7 +87,7 @@ def _text(value) -> str:
 def plot_loss_curves(curves: list[dict], path: str | Path) -> Path:
     """``curves``: ``{"label", "train": (steps, mean, lo, hi), "val": same or None}`` per
     configuration. Left: the whole run (log loss); right: the second half, zoomed."""
-    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (full, zoom) = subplots(1, 2, figsize=(12, 4.8))
     last = max(c["train"][0][-1] for c in curves)
     zoom_values = []
     for curve, color in zip(curves, colors(len(curves))):
@@ -133,7 +133,7 @@ def _numeric(values) -> bool:
 def plot_final(axis: str, lines: list[dict], path: str | Path) -> Path:
     """``lines``: ``{"label", "x", "mean", "std"}`` (std None for one seed). Numeric axis
     values on a numeric scale (log when they span 8x or more), others as categories."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = subplots(figsize=(7.5, 4.8))
     numeric = _numeric([v for line in lines for v in line["x"]])
     if not numeric:     # categories by their text (lists and None are values too)
         lines = [{**line, "x": [_text(v) for v in line["x"]]} for line in lines]
@@ -164,7 +164,7 @@ def plot_final(axis: str, lines: list[dict], path: str | Path) -> Path:
         ax.set_xticks(range(len(values)), [_text(v) for v in values])
         ax.set_xlim(-0.5, len(values) - 0.5)
     if len(values) > 8:
-        plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
+        setp(ax.get_xticklabels(), rotation=45, ha="right")
     ax.set_xlabel(axis + (" (log scale)" if logx else ""))
     ax.set_ylabel("final validation " + LOSS_LABEL)
     ax.set_title(f"Final validation loss vs {axis}\n(mean over seeds, error bars = std)")
@@ -183,7 +183,7 @@ def plot_extrapolation(rows: list[dict], train_lengths: list[int], path: str | P
     """``rows``: ``{"label", "group", "variant", "losses": {length: (mean, std, n)}}``; a
     variant is dashed in its configuration's colour. Losses above ``CAP_FACTOR`` times the
     lowest one (and non-finite ones) are drawn at that cap as triangles with their value."""
-    fig, ax = plt.subplots(figsize=(9, 5.2))
+    fig, ax = subplots(figsize=(9, 5.2))
     finite = [m for row in rows for m, _, _ in row["losses"].values() if math.isfinite(m)]
     low, high = (min(finite), max(finite)) if finite else (1.0, 1.0)
     cap = CAP_FACTOR * low if low > 0 else math.inf
