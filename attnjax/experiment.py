@@ -1,4 +1,6 @@
-"""Experiment files: ``experiments/<name>.py`` with ``get_config()`` (and later ``get_sweep()``)."""
+"""Experiment files: ``experiments/<name>.py`` with ``get_config()`` (and optionally
+``get_sweep()``, ``get_eval_variants()``, ``get_report()``), and the shared small setting
+most of them start from (:func:`small_text`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from attnjax.config import Config, apply_overrides
+from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
+                            TrainConfig, apply_overrides)
 
 
 def load_experiment(path: str | Path) -> ModuleType:
@@ -26,3 +29,35 @@ def experiment_config(path: str | Path, overrides: list[str] | dict = ()) -> Con
     """``get_config()`` of the file with ``KEY=VALUE`` overrides applied (validated)."""
     config = load_experiment(path).get_config()
     return apply_overrides(config, overrides) if overrides else config
+
+
+def small_text(overrides: dict | None = None) -> Config:
+    """The shared small setting of the experiments, with dotted ``overrides`` applied (so an
+    experiment's ``get_config()`` shows only what it changes).
+
+    A byte-level language model (vocabulary 256) on the built-in corpus (the interpreter's
+    standard library, ``data.path=None``): 2 layers, width 64, 4 heads of head_dim 16, RoPE,
+    context 32; AdamW at lr 3e-3 with 50 warmup steps and weight decay 0.1, batch 16, 600
+    steps, 10 steps per dispatch; logged every 50 steps, evaluated (4 batches of 32 windows)
+    and checkpointed once, at the end; seed 0.
+
+    Why these values: two layers are the fewest that can form an induction head (Olsson et
+    al. 2022) and 4 heads the fewest ALiBi's slopes call for (REFERENCES.md); width 64, batch
+    16 and 600 steps at a learning rate high for this size keep a sweep of 10-15 runs to a few
+    minutes on 2 CPU cores (each experiment's docstring gives its measured runtime), and 10
+    steps per dispatch (one ``lax.scan``) keep the host out of the loop. Context 32 keeps
+    attention cheap and leaves room to evaluate at 4-16x the training length. One evaluation,
+    at the end, keeps evaluation out of the runtime; experiments that follow a curve evaluate
+    more often.
+    """
+    config = Config(
+        model=ModelConfig(vocab_size=256, d_model=64, num_layers=2, max_length=32,
+                          attention=AttentionConfig(num_heads=4),
+                          position=PositionConfig("rope")),
+        data=DataConfig(task="text", path=None, length=32),
+        train=TrainConfig(steps=600, batch_size=16, learning_rate=3e-3, warmup_steps=50,
+                          weight_decay=0.1, steps_per_dispatch=10, log_every=50,
+                          eval_every=600, checkpoint_every=600, eval_batches=4,
+                          eval_batch_size=32),
+        seed=0)
+    return apply_overrides(config, overrides or {})

@@ -15,17 +15,14 @@ validation loss 1.541 on the built-in corpus in 3 min 16 s (`make demo` from a f
 1.687 on tiny Shakespeare (train loss 1.505).
 """
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig)
+from attnjax.config import Config
+from attnjax.experiment import small_text
 
 
 def get_config() -> Config:
-    return Config(
-        model=ModelConfig(vocab_size=256, d_model=128, num_layers=4, max_length=64,
-                          attention=AttentionConfig(num_heads=4), position=PositionConfig("rope")),
-        data=DataConfig(task="text", path=None, length=64),
-        train=TrainConfig(steps=2000, batch_size=12, learning_rate=1e-3, warmup_steps=100,
-                          weight_decay=0.1, steps_per_dispatch=10, log_every=100,
-                          eval_every=500, eval_batches=20, eval_batch_size=64,
-                          checkpoint_every=500),
-        seed=0)
+    """The shared small setting, scaled up to nanoGPT's CPU run."""
+    return small_text({
+        "model.d_model": 128, "model.num_layers": 4, "model.max_length": 64, "data.length": 64,
+        "train.steps": 2000, "train.batch_size": 12, "train.learning_rate": 1e-3,
+        "train.warmup_steps": 100, "train.log_every": 100, "train.eval_every": 500,
+        "train.checkpoint_every": 500, "train.eval_batches": 20, "train.eval_batch_size": 64})

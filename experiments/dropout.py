@@ -4,19 +4,21 @@ shared by all heads, or one per head), on the attention output, or on the residu
     attnjax sweep experiments/dropout.py --workdir runs/dropout --launcher vmap
     attnjax report runs/dropout
 
-Byte-level text, length 64, 2 layers, 4 heads, width 64, RoPE, batch 16, 600 steps, lr 3e-3,
-trained on the first 0.5% of the built-in corpus (22.9 kB: ~27 epochs) and validated on 16
-batches of 32 windows from the rest, every 150 steps. Dropout rates are program arguments, so
-the two rates of each placement train as one vmapped program (5 programs, 9 runs); one seed
-(every run sees the same batches and the same validation windows, so differences are paired).
+The shared small setting (``attnjax.experiment.small_text``: byte-level text, 2 layers, 4
+heads, width 64, RoPE, batch 16, 600 steps, lr 3e-3) at length 64, trained on the first 0.5%
+of the built-in corpus (22.9 kB: ~27 epochs) and validated on 16 batches of 32 windows from
+the rest, every 150 steps. Dropout rates are program arguments, so the two rates of each
+placement train as one vmapped program (5 programs, 9 runs); one seed (every run sees the
+same batches and the same validation windows, so differences are paired).
 Runtime on 2 shared CPU cores: 6 min 19 s (load average ~5 from other jobs; timings on this
 machine are pessimistic and noisy).
 
 Expected: no published numbers in REFERENCES.md; qualitatively, when a model overfits, dropout
 trades training loss for validation loss (Vaswani et al. 2017 use residual dropout 0.1 and
 dropout on the attention probabilities).
-Measured (2026-11-29; loss in nats/byte; "best" = lowest validation loss over the 4
-evaluations, i.e. early stopping):
+Measured (2026-11-29; loss in nats/byte; from `attnjax report runs/dropout`: train, val
+(final) and val (best @ step) are its columns `train loss`, `val loss` and `best_val_loss` @
+`best_val_step`, the lowest validation loss over the 4 evaluations, i.e. early stopping):
 
     placement        rate   train   val (final)   val (best @ step)
     none             -      0.788   2.669         2.546 @ 150
@@ -39,9 +41,9 @@ too strong at 0.3 (training loss 1.99, validation accuracy 0.390 vs ~0.42 for th
 Differences under ~0.02 nats are within the noise of one seed and 32k validation tokens.
 """
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig)
-from attnjax.sweep import cross, product
+from attnjax.config import Config
+from attnjax.experiment import small_text
+from attnjax.sweep import cross
 
 PLACEMENTS = [
     {"model.attention.dropout": "probs_shared"},
@@ -52,21 +54,20 @@ RATES = [0.1, 0.3]
 
 
 def get_config() -> Config:
-    return Config(
-        model=ModelConfig(vocab_size=256, d_model=64, num_layers=2, max_length=64,
-                          attention=AttentionConfig(num_heads=4),
-                          position=PositionConfig("rope")),
-        # val_fraction 0.995: the model trains on the first 0.5% of the corpus (22.9 kB) and
-        # is validated on windows from the other 99.5%: ~27 epochs in 600 steps
-        data=DataConfig(task="text", path=None, length=64, val_fraction=0.995),
-        train=TrainConfig(steps=600, batch_size=16, learning_rate=3e-3, warmup_steps=50,
-                          weight_decay=0.1, steps_per_dispatch=10, log_every=50,
-                          eval_every=150, checkpoint_every=600, eval_batches=16,
-                          eval_batch_size=32),
-        seed=0)
+    return small_text({
+        "model.max_length": 64, "data.length": 64,
+        # the model trains on the first 0.5% of the corpus (22.9 kB) and is validated on
+        # windows from the other 99.5%: ~27 epochs in 600 steps
+        "data.val_fraction": 0.995,
+        "train.eval_every": 150, "train.eval_batches": 16})
 
 
 def get_sweep() -> list[dict]:
     attention = cross(PLACEMENTS, [{"model.attention.dropout_rate": r} for r in RATES])
     residual = [{"model.residual_dropout": r} for r in RATES]
     return [{}] + attention + residual
+
+
+def get_report() -> dict:
+    """Extra columns of ``attnjax report``: the early-stopped best against the final loss."""
+    return {"metrics": ["best_val_loss", "best_val_step"]}

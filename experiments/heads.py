@@ -5,13 +5,17 @@ task and on byte-level text.
     attnjax sweep experiments/heads.py --workdir runs/heads --launcher vmap
     attnjax report runs/heads
 
-Settings in ``TASKS``: byte-level text (600 steps, batch 16) and the induction recall task
-(vocabulary 32, 800 steps, batch 32); 2 layers, width 64, one seed.
+The shared small setting (``attnjax.experiment.small_text``: 2 layers, width 64) with a
+constant learning rate after warmup and no weight decay, one seed; settings in ``TASKS``:
+byte-level text (600 steps, batch 16) and the induction recall task (vocabulary 32, 800
+steps, batch 32).
 Runtime on 2 shared CPU cores: about 10 minutes with ``--launcher vmap`` (load ~5).
 Expected: with head_dim = d / heads, very many heads starve each head's dimension and one
 head cannot attend to several things at once, so quality peaks at a moderate count; MQA/GQA
 trade a little quality for a smaller KV cache (Shazeer 2019; Ainslie et al. 2023).
-Measured (2026-11-29, validation loss / accuracy):
+Measured (2026-11-29, the columns `val loss` / `val acc` of `attnjax report runs/heads`, one
+row per task and head count; the report adds `best_val_step`, the step of the lowest
+validation loss, and `val_accuracy:max`, the best accuracy of any evaluation):
 
     heads (kv)   text           induction (800 steps)
     1            2.188 / 0.433  2.312 / 0.250
@@ -27,8 +31,8 @@ On text 4-8 heads are best and 16 heads (head_dim 4) is as bad as 1; MQA costs 0
 (accuracy <= 0.29 everywhere), so its column shows the plateau, not the head-count effect.
 """
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig)
+from attnjax.config import Config
+from attnjax.experiment import small_text
 from attnjax.sweep import cross
 
 TASKS = [
@@ -42,18 +46,17 @@ HEADS = [{"model.attention.num_heads": n} for n in (1, 2, 4, 8, 16)] + [
 
 
 def get_config() -> Config:
-    return Config(
-        model=ModelConfig(vocab_size=256, d_model=64, num_layers=2, max_length=32,
-                          attention=AttentionConfig(num_heads=4),
-                          position=PositionConfig("rope")),
-        data=DataConfig(task="text", path=None, length=32),
+    return small_text({
         # constant learning rate after warmup: the induction circuit forms sooner
-        train=TrainConfig(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=50,
-                          final_lr_fraction=1.0, weight_decay=0.0, steps_per_dispatch=10,
-                          log_every=50, eval_every=200, checkpoint_every=400, eval_batches=4,
-                          eval_batch_size=32),
-        seed=0)
+        "train.final_lr_fraction": 1.0, "train.weight_decay": 0.0, "train.batch_size": 32,
+        "train.eval_every": 200, "train.checkpoint_every": 400})
 
 
 def get_sweep() -> list[dict]:
     return cross(TASKS, HEADS)
+
+
+def get_report() -> dict:
+    """Extra columns of ``attnjax report``: whether a run was still improving at the end, and
+    whether the induction circuit formed at any evaluation."""
+    return {"metrics": ["best_val_step", "val_accuracy:max"]}

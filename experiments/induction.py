@@ -14,11 +14,11 @@ between steps 500 and 1500.
 
 from pathlib import Path
 
-from attnjax.config import Config, apply_overrides
-from attnjax.experiment import load_experiment
+from attnjax.config import Config
+from attnjax.experiment import load_experiment, small_text
 
 
 def get_config() -> Config:
     """The model and schedule of ``mqar.py``, on the induction task."""
-    mqar = load_experiment(Path(__file__).with_name("mqar.py")).get_config()
-    return apply_overrides(mqar, {"data.task": "induction"})
+    mqar = load_experiment(Path(__file__).with_name("mqar.py"))
+    return small_text({**mqar.SETTING, "data.task": "induction"})

@@ -3,9 +3,10 @@
     attnjax sweep experiments/posenc_extrapolation.py --workdir runs/posenc --launcher vmap
     attnjax report runs/posenc
 
-Byte-level text (built-in corpus), trained at L = 32 and evaluated at L, 2L, 4L, 8L and 16L
-(32..512). 2 layers, 4 heads (ALiBi slopes 1/4..1/256; REFERENCES.md asks for >= 4 heads),
-width 64, batch 16, 800 steps, lr 3e-3, one seed. ``learned`` reads its 32-row table stretched
+The shared small setting (``attnjax.experiment.small_text``: byte-level text from the
+built-in corpus, 2 layers, 4 heads (ALiBi slopes 1/4..1/256; REFERENCES.md asks for >= 4
+heads), width 64, batch 16, lr 3e-3), 800 steps, one seed, trained at L = 32 and evaluated at
+L, 2L, 4L, 8L and 16L (32..512). ``learned`` reads its 32-row table stretched
 to longer inputs (``learned_interpolate``). The RoPE checkpoint is evaluated again with PI
 (``rope_scaling=linear``), NTK and YaRN at s = eval_length / 32 (``get_eval_variants``).
 Runtime on 2 shared CPU cores: 4 min 8 s for the whole sweep with its evaluation variants
@@ -14,8 +15,11 @@ Runtime on 2 shared CPU cores: 4 min 8 s for the whole sweep with its evaluation
 Expected (Press et al., ALiBi, Table 2, REFERENCES.md): sinusoidal fails almost at once past L,
 rotary degrades after ~1.5-2x L, ALiBi stays flat or improves; T5 bias also extrapolates.
 
-Measured (2026-11-29, validation loss in nats/byte; a longer window also averages its early,
-short-context positions, so a flat curve is the best an encoding can do):
+Measured (2026-11-29, the extrapolation table of `attnjax report runs/posenc`: validation
+loss in nats/byte at each evaluation length, one row per ``kind``; the rows `kind=rope +
+rope+pi`, `+ rope+ntk` and `+ rope+yarn` are the evaluation variants, shown under rope here;
+a longer window also averages its early, short-context positions, so a flat curve is the best
+an encoding can do):
 
     kind                32 (L)    64     128    256    512
     sinusoidal          2.439   3.126  4.087  4.282  4.416
@@ -45,31 +49,22 @@ while the added sinusoid has norm sqrt(32) = 5.7, so after the pre-norm the toke
 few percent of the signal early in training (Vaswani et al. scale embeddings by sqrt(d_model)).
 """
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig)
+from attnjax.config import Config
+from attnjax.experiment import small_text
 from attnjax.sweep import cross, product
-
-LENGTH = 32
-EVAL_LENGTHS = (64, 128, 256, 512)
 
 
 def get_config() -> Config:
-    return Config(
-        model=ModelConfig(vocab_size=256, d_model=64, num_layers=2, max_length=LENGTH,
-                          attention=AttentionConfig(num_heads=4),
-                          # interpolate only acts for kind=learned (past max_length)
-                          position=PositionConfig("rope", learned_interpolate=True)),
-        data=DataConfig(task="text", path=None, length=LENGTH, eval_lengths=EVAL_LENGTHS),
-        train=TrainConfig(steps=800, batch_size=16, learning_rate=3e-3, warmup_steps=50,
-                          weight_decay=0.1, steps_per_dispatch=10, log_every=100,
-                          eval_every=800, checkpoint_every=800, eval_batches=4,
-                          eval_batch_size=16),
-        seed=0)
+    """Trained at the shared length 32, evaluated at 2x..16x."""
+    return small_text({"data.eval_lengths": [64, 128, 256, 512], "train.steps": 800,
+                       "train.log_every": 100, "train.eval_every": 800,
+                       "train.checkpoint_every": 800, "train.eval_batch_size": 16})
 
 
 POSITIONS = [
     {"model.position.kind": "sinusoidal"},
-    {"model.position.kind": "learned"},
+    # the learned table has data.length rows: longer evaluations read it stretched
+    {"model.position.kind": "learned", "model.position.learned_interpolate": True},
     {"model.position.kind": "rope"},
     {"model.position.kind": "alibi"},
     {"model.position.kind": "t5"},
@@ -82,7 +77,7 @@ def get_sweep() -> list[dict]:
 
 
 def get_eval_variants() -> list[dict]:
-    """RoPE checkpoints re-evaluated with a scaling schedule, s = eval_length / LENGTH."""
+    """RoPE checkpoints re-evaluated with a scaling schedule, s = eval_length / data.length."""
     rope = {"model.position.kind": "rope"}
     return [
         {"label": f"rope+{name}", "run": rope,

@@ -3,11 +3,12 @@
     attnjax sweep experiments/scale.py --workdir runs/scale --launcher vmap
     attnjax report runs/scale
 
-Byte-level text (built-in corpus), length 32, 2 layers, 4 heads of head_dim 16, width 64,
-RoPE, batch 16, 600 steps at a high learning rate (1e-2, where logit growth shows; Wortsman
-et al.). Runs: scale 1/sqrt(d) x {0.5, 1, 2} (``scale_multiplier``, one vmapped program per
-qk-norm) with qk_norm none / rms / layer, scale 1/d without qk-norm, and the kappa probe
-(``qk_norm=kappa``: q and k normalised to RMS sqrt(kappa), no gain) for kappa in 1..1e4.
+The shared small setting (``attnjax.experiment.small_text``: byte-level text, length 32, 2
+layers, 4 heads of head_dim 16, width 64, RoPE, batch 16, 600 steps) at a high learning
+rate (1e-2, where logit growth shows; Wortsman et al.). Runs: scale 1/sqrt(d) x {0.5, 1, 2}
+(``scale_multiplier``, one vmapped program per qk-norm) with qk_norm none / rms / layer,
+scale 1/d without qk-norm, and the kappa probe (``qk_norm=kappa``: q and k normalised to RMS
+sqrt(kappa), no gain) for kappa in 1..1e4.
 
 Runtime on 2 shared CPU cores: about 5 minutes with ``--launcher vmap`` (load ~5).
 
@@ -16,8 +17,10 @@ logit growth makes high learning rates unstable and per-head qk-layernorm remove
 and k normalised to RMS sqrt(kappa), loss degrades around kappa = 1e3 and is worse than a
 bigram model at 1e4. Bigram baseline here: 2.474 nats/byte (``bigram_val_loss()``: counts on
 the training split, add-0.1, scored on the validation split; a unigram model gives 3.153).
-Measured (2026-11-29, one seed, all runs on the same batches; val loss in nats/byte; "max
-logit" = largest scaled q.k over causal pairs at the end, from metrics.jsonl):
+Measured (2026-11-29, one seed, all runs on the same batches; from `attnjax report
+runs/scale`: val loss, train loss and max logit are its columns `val loss` (nats/byte),
+`train loss` and `max_attn_logit`, the largest scaled q.k over causal pairs at the end; the
+peaks below are `max_attn_logit:max`, the skipped updates `skipped`):
 
     qk_norm  scale                      val loss   train loss   max logit
     none     0.5/sqrt(d)                2.073      2.109          29
@@ -53,22 +56,13 @@ gradient. Differences under ~0.03 nats are within the noise of one seed.
 
 import numpy as np
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
-                            TrainConfig)
+from attnjax.config import Config
+from attnjax.experiment import small_text
 from attnjax.sweep import cross
 
 
 def get_config() -> Config:
-    return Config(
-        model=ModelConfig(vocab_size=256, d_model=64, num_layers=2, max_length=32,
-                          attention=AttentionConfig(num_heads=4),
-                          position=PositionConfig("rope")),
-        data=DataConfig(task="text", path=None, length=32),
-        train=TrainConfig(steps=600, batch_size=16, learning_rate=1e-2, warmup_steps=50,
-                          weight_decay=0.1, steps_per_dispatch=10, log_every=50,
-                          eval_every=600, checkpoint_every=600, eval_batches=4,
-                          eval_batch_size=32),
-        seed=0)
+    return small_text({"train.learning_rate": 1e-2})    # high: where logit growth shows
 
 
 def get_sweep() -> list[dict]:
@@ -79,6 +73,12 @@ def get_sweep() -> list[dict]:
     kappa = [{"model.attention.qk_norm": "kappa", "model.attention.qk_kappa": k}
              for k in (1.0, 10.0, 100.0, 1000.0, 10000.0)]
     return cross(multipliers, norms) + inv_d + kappa
+
+
+def get_report() -> dict:
+    """Extra columns of ``attnjax report``: the final and peak max attention logit, and the
+    updates skipped as non-finite."""
+    return {"metrics": ["max_attn_logit", "max_attn_logit:max", "skipped"]}
 
 
 def bigram_val_loss(val_fraction: float = 0.1, smoothing: float = 0.1) -> float:

@@ -1,19 +1,20 @@
-"""Every experiment file imports, builds a valid config and expands its sweep, so none rots.
+"""Every experiment file imports, builds a valid config, expands its sweep and names valid
+report columns, so none rots.
 
 No training here: configs are built and validated only (fast).
 """
 
-from pathlib import Path
-
 import pytest
 
+from attnjax.analysis.report import headline_metrics
 from attnjax.config import Config
 from attnjax.experiment import experiment_config, load_experiment
 from attnjax.sweep import expand
 from attnjax.sweep.launch import vmap_groups
 from attnjax.sweep.variants import eval_variants, variant_config
+from helpers import REPO
 
-EXPERIMENTS = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.py"))
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.py"))
 SWEEPS = [p for p in EXPERIMENTS if hasattr(load_experiment(p), "get_sweep")]
 
 
@@ -79,6 +80,15 @@ def test_eval_variants_apply_to_runs_and_build(path):
                         assert scaled.model.position.rope_scale == max(
                             1.0, length / config.data.length)
     assert not hasattr(module, "get_eval_variants") or variants
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_report_columns_are_valid_and_documented(path):
+    module = load_experiment(path)
+    names = headline_metrics(path)              # raises on a bad get_report()
+    assert not hasattr(module, "get_report") or names
+    for name in names:                          # the docstring says what each column shows
+        assert f"`{name}`" in module.__doc__, f"{path.name}: docstring lacks `{name}`"
 
 
 def _get(config, key):

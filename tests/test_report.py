@@ -1,5 +1,5 @@
 """Sweep reports on hand-built sweep directories: aggregation over seeds, results.csv, report.md,
-extrapolation, unfinished runs, plots, the status table, and the input checks."""
+extrapolation, unfinished runs, plots, the status table, headline metrics, and the input checks."""
 
 import csv
 import json
@@ -12,15 +12,17 @@ from attnjax.analysis import report, sweep_plots
 from attnjax.config import Config, DataConfig, TrainConfig, to_dict
 from attnjax.sweep import run_name
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEADS = "model.attention.num_heads"
 LONG_ERROR = "ValueError: " + "x" * 200
+MIN_INCHES = 4     # a sweep plot's least side: figures are >= 4.8 in high, "tight" trims margins
+MADE_UP = "experiments/made_up.py"      # no such file: the report has no headline metrics
 
 
-def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64) -> Path:
-    """A sweep directory as the launcher leaves it. Each run: ``overrides``, ``status``, and
-    optionally ``val`` ({length: loss}), ``acc``, ``train``, ``tokens``, ``metrics`` (lines
-    of metrics.jsonl, written verbatim), ``error``, ``evals``."""
+def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64,
+                experiment: str | Path = MADE_UP) -> Path:
+    """A sweep directory as the launcher leaves it, its record naming ``experiment``. Each run:
+    ``overrides``, ``status``, and optionally ``val`` ({length: loss}), ``acc``, ``train``,
+    ``tokens``, ``metrics`` (lines of metrics.jsonl, written verbatim), ``error``, ``evals``."""
     config = to_dict(Config(data=DataConfig(length=length), train=TrainConfig(steps=steps)))
     entries = []
     for run in runs:
@@ -28,7 +30,8 @@ def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64
         run_dir = root / name
         run_dir.mkdir(parents=True)
         (run_dir / "config.json").write_text(json.dumps(config))
-        (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in run.get("metrics", [])))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(line + "\n" for line in run.get("metrics", [])))
         summary = None
         if run["status"] == "finished":
             summary = {"status": "finished", "step": steps, "skipped_updates": 0,
@@ -41,7 +44,7 @@ def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64
                         "error": run.get("error"), "summary": summary,
                         "evals": run.get("evals", {})})
     (root / "sweep.json").write_text(json.dumps({
-        "experiment": "experiments/heads.py", "overrides": ["train.steps=100"],
+        "experiment": str(experiment), "overrides": ["train.steps=100"],
         "launcher": "vmap", "runs": entries}))
     return root
 
@@ -135,7 +138,7 @@ def test_results_csv_reads_back(heads_report):
 def test_report_md_has_tables_unfinished_runs_and_images(heads_report):
     root, _ = heads_report
     text = (root / "report.md").read_text()
-    assert text.startswith("# Sweep report: experiments/heads.py\n")
+    assert text.startswith(f"# Sweep report: {MADE_UP}\n")
     assert "`train.steps=100`" in text and "sample standard deviation (ddof=1)" in text
     assert "| 2 | 3 | 2.00 ± 1.00 | 0.20 ± 0.10 | 1.00 ± 0.50 | 200 |" in text
     assert "| 4 | 3 | 4.00 ± 0.00 | 0.50 ± 0.00 | 2.00 ± 0.00 | 50 |" in text
@@ -168,14 +171,13 @@ def test_extrapolation_rows_include_variants(tmp_path):
     assert rows["num_heads=4"][64] == (4.0, 0.0, 3)
 
 
-def test_pngs_are_written(heads_report):
+def test_pngs_are_written(heads_report, assert_png):
     root, _ = heads_report
     for name in ("loss_curves.png", "final_num_heads.png", "extrapolation.png"):
-        data = (root / name).read_bytes()
-        assert len(data) > 500 and data[:8] == PNG_SIGNATURE
+        assert_png(root / name, min_side=MIN_INCHES * sweep_plots.DPI)
 
 
-def test_two_axes_with_strings_and_out_dir(tmp_path):
+def test_two_axes_with_strings_and_out_dir(tmp_path, assert_png):
     runs = [{"overrides": {HEADS: h, "model.attention.qk_norm": q, "seed": s},
              "status": "finished", "val": {64: h + s + (q == "rms")}, "acc": 0.5, "train": 1.0,
              "tokens": 1.0}
@@ -185,7 +187,7 @@ def test_two_axes_with_strings_and_out_dir(tmp_path):
     assert text.splitlines()[0].split()[:3] == ["num_heads", "qk_norm", "n"]
     assert "val loss by evaluation length" not in text              # one length only
     for name in ("final_num_heads.png", "final_qk_norm.png"):
-        assert (out / name).read_bytes()[:8] == PNG_SIGNATURE
+        assert_png(out / name, min_side=MIN_INCHES * sweep_plots.DPI)
     assert not (out / "extrapolation.png").exists()                 # one length
     assert not (out / "loss_curves.png").exists()                   # no metrics logged
     assert "![final qk norm](final_qk_norm.png)" in (out / "report.md").read_text()
@@ -194,13 +196,112 @@ def test_two_axes_with_strings_and_out_dir(tmp_path):
         (1, "none", 1.5), (1, "rms", 2.5), (8, "none", 8.5), (8, "rms", 9.5)]
 
 
-def test_extrapolation_plot_caps_runaway_losses(tmp_path):
+def test_extrapolation_plot_caps_runaway_losses(tmp_path, assert_png):
     rows = [{"label": "sinusoidal", "group": 0, "variant": None,
              "losses": {64: (1.5, None, 1), 128: (40.0, None, 1), 256: (math.inf, None, 1)}},
             {"label": "alibi", "group": 1, "variant": None,
              "losses": {64: (1.4, 0.1, 2), 128: (1.5, 0.1, 2), 256: (1.6, 0.1, 2)}}]
     path = sweep_plots.plot_extrapolation(rows, [64], tmp_path / "x.png")
-    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    assert_png(path, min_side=MIN_INCHES * sweep_plots.DPI)
+
+
+def records(**series) -> list[dict]:
+    """metrics.jsonl records at steps 10, 20, 30: ``records(val_loss=[3, 2, 2.5])``; a None
+    value leaves the key out of that record."""
+    return [{"step": step, **{k: v[i] for k, v in series.items() if v[i] is not None}}
+            for i, step in enumerate((10, 20, 30))]
+
+
+def test_headline_value_aggregations():
+    logged = records(val_loss=[3.0, 2.0, 2.5], max_attn_logit=[None, 4.0, None],
+                     loss=[1.0, math.nan, 1.0])
+    assert report.headline_value(logged, "best_val_loss") == 2.0
+    assert report.headline_value(logged, "best_val_step") == 20
+    assert report.headline_value(logged, "max_attn_logit") == 4.0       # last record with it
+    assert report.headline_value(logged, "val_loss") == 2.5
+    assert report.headline_value(logged, "val_loss:last") == 2.5
+    assert report.headline_value(logged, "val_loss:max") == 3.0
+    assert report.headline_value(logged, "val_loss:argmax") == 10
+    assert report.headline_value(logged, "loss:min") == 1.0             # NaN skipped
+    assert report.headline_value(logged, "loss:argmin") == 10           # tie: earliest step
+    assert report.headline_value(logged, "skipped") is None             # never logged
+    assert report.describe_metric("best_val_step") == "step of the lowest `val_loss`"
+    for bad in ("val_loss:median", ":min", "", 3):
+        with pytest.raises(ValueError, match="write KEY or KEY:AGG"):
+            report.metric_spec(bad)
+
+
+HEADLINE = ["max_attn_logit", "best_val_loss", "best_val_step", "skipped"]
+
+
+def write_experiment(path: Path, report_spec) -> Path:
+    path.write_text("from attnjax.config import Config\n\n\ndef get_config():\n"
+                    "    return Config()\n\n\n"
+                    f"def get_report():\n    return {report_spec!r}\n")
+    return path
+
+
+def headline_runs() -> list[dict]:
+    """num_heads=2, seeds 0 and 1: best val 2.0 and 2.2, both @ 20, last max logit 6 and 8,
+    1 and 0 skipped updates; num_heads=4, one seed: best 1.5 @ 10, max logit 3, 0 skipped."""
+    series = [(2, 0, [3.0, 2.0, 2.5], [5.0, 7.0, 6.0], [0, 0, 1]),
+              (2, 1, [2.8, 2.2, 2.6], [5.0, 9.0, 8.0], [0, 0, 0]),
+              (4, 0, [1.5, 1.6, 1.7], [1.0, None, 3.0], [0, 0, 0])]
+    return [{"overrides": {HEADS: heads, "seed": seed}, "status": "finished",
+             "val": {64: val[-1]}, "acc": 0.5, "train": 1.0, "tokens": 1.0,
+             "metrics": [json.dumps(r) for r in records(
+                 loss=[3.0, 2.0, 1.0], val_loss=val, max_attn_logit=logit, skipped=skipped)]}
+            for heads, seed, val, logit, skipped in series]
+
+
+def test_headline_metrics_from_the_experiment(tmp_path):
+    experiment = write_experiment(tmp_path / "exp.py", {"metrics": HEADLINE})
+    root = write_sweep(tmp_path / "sweep", headline_runs(), experiment=experiment)
+    sweep = report.load_sweep(root)
+    assert sweep["headline"] == HEADLINE
+    two, four = by_heads(report.results_rows(sweep)).values()
+    assert list(two)[-8:] == [f"{name}_{stat}" for name in HEADLINE for stat in ("mean", "std")]
+    assert two["max_attn_logit_mean"] == 7.0
+    assert two["max_attn_logit_std"] == pytest.approx(math.sqrt(2))
+    assert two["best_val_loss_mean"] == pytest.approx(2.1)
+    assert two["best_val_loss_std"] == pytest.approx(0.2 / math.sqrt(2))
+    assert (two["best_val_step_mean"], two["best_val_step_std"]) == (20.0, 0.0)
+    assert (two["skipped_mean"], two["skipped_std"]) == (0.5, pytest.approx(0.5 ** 0.5))
+    assert (four["max_attn_logit_mean"], four["best_val_loss_mean"], four["best_val_step_mean"],
+            four["skipped_mean"], four["best_val_step_std"]) == (3.0, 1.5, 10.0, 0.0, None)
+
+    text = report.write_report(root)
+    lines = text.splitlines()
+    assert lines[0].split()[-4:] == HEADLINE
+    assert lines[1].split()[-12:] == ["7.00", "±", "1.41", "2.10", "±", "0.14",
+                                      "20", "±", "0", "0.50", "±", "0.71"]    # steps: whole
+    assert lines[2].split()[-4:] == ["3.00", "1.50", "10", "0.00"]
+    markdown = (root / "report.md").read_text()
+    assert "| 2 | 2 |" in markdown
+    assert "| 7.00 ± 1.41 | 2.10 ± 0.14 | 20 ± 0 | 0.50 ± 0.71 |" in markdown
+    assert "`best_val_step` = step of the lowest `val_loss`" in markdown
+    assert "`max_attn_logit` = last logged `max_attn_logit`" in markdown
+    with (root / "results.csv").open() as f:
+        csv_rows = {row["num_heads"]: row for row in csv.DictReader(f)}
+    assert float(csv_rows["2"]["best_val_step_mean"]) == 20.0
+    assert csv_rows["4"]["best_val_step_std"] == ""
+
+    experiment.unlink()                         # without the file: the report of before
+    assert report.load_sweep(root)["headline"] == []
+    assert "max_attn_logit" not in report.write_report(root)
+
+
+def test_bad_report_spec_is_refused(tmp_path):
+    for i, (spec, match) in enumerate([({"metrics": ["loss:median"]}, "write KEY or KEY:AGG"),
+                        ({"columns": ["loss"]}, "a dict with only 'metrics'"),
+                        (["loss"], "a dict with only 'metrics'"),
+                        ({"metrics": ["val_loss"]}, "has that column already"),
+                        ({"metrics": ["val_loss@128"]}, "has that column already"),
+                        ({"metrics": ["skipped", "skipped"]}, "has that column already")]):
+        experiment = write_experiment(tmp_path / f"exp{i}.py", spec)
+        root = write_sweep(tmp_path / f"sweep{i}", headline_runs(), experiment=experiment)
+        with pytest.raises(ValueError, match=match):
+            report.load_sweep(root)
 
 
 def test_torn_metrics_line_is_ignored(tmp_path):

@@ -6,16 +6,20 @@ over their finished seeds (mean and sample standard deviation, ``ddof=1``; no st
 seed). The swept *axes* are the override keys, other than ``seed``, whose value differs between
 runs, named by their last dotted part unless two axes share it (as in run names).
 
-The directory is read as the sweep launcher leaves it, finished or not::
+The sweep directory (layout: ``attnjax.rundir``) is read as the launcher leaves it, finished
+or not. The sweep's record gives the runs; each run directory says more where it knows more: its
+summary when the record has none yet, its error file (a run with one and no summary counts as
+failed), its evaluation variants (which win over the record's; a mapping under "results" or
+"eval" is unwrapped), its config (training length and steps) and its metrics.
 
-    DIR/sweep.json                    experiment, CLI overrides, runs (name, overrides, status,
-                                      error, summary, evals)
-    DIR/<run>/config.json             training length (data.length) and steps (train.steps)
-    DIR/<run>/metrics.jsonl           curves and progress (a torn last line is ignored)
-    DIR/<run>/summary.json            read when sweep.json has no summary yet (run finished)
-    DIR/<run>/error.txt               a run with one and no summary counts as failed
-    DIR/<run>/evals/<label>.json      evaluation variants: {"<length>": {"loss": ...}, ...}
-                                      (or that mapping under "results" or "eval")
+An experiment names the extra columns it reports with ``get_report()``, e.g. ::
+
+    def get_report():
+        return {"metrics": ["max_attn_logit", "best_val_loss", "best_val_step", "loss:min"]}
+
+each a *headline metric* of a run's metrics.jsonl (:func:`metric_spec`), averaged over seeds
+like the rest. The file is the record's ``experiment`` path (a relative one is read from the
+current directory, as the sweep was started); without the file the report has no such columns.
 """
 
 from __future__ import annotations
@@ -27,80 +31,92 @@ import re
 import statistics
 from pathlib import Path
 
+from attnjax.experiment import load_experiment
+from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.spec import run_name
-from attnjax.train.logging import read_metrics
 
 ERROR_WIDTH = 80
+AGGREGATIONS = ("last", "min", "max", "argmin", "argmax")      # arg*: the step where it was
+NAMED_METRICS = {"best_val_loss": "val_loss:min", "best_val_step": "val_loss:argmin"}
+STANDARD_COLUMNS = ("val_loss", "val_accuracy", "train_loss", "tokens_per_s")
 
 
 # ---------------------------------------------------------------------------- loading
 
 def load_sweep(sweep_dir: str | Path) -> dict:
-    """The sweep of ``sweep_dir``: ``{"dir", "experiment", "overrides", "launcher", "runs"}``,
-    each run ``{"name", "overrides", "status", "error", "summary", "evals", "train_length",
+    """The sweep of ``sweep_dir``: ``{"dir", "experiment", "overrides", "launcher",
+    "headline", "runs"}`` (``headline``: :func:`headline_metrics` of the experiment), each run
+    ``{"name", "overrides", "status", "error", "summary", "evals", "train_length",
     "total_steps", "metrics"}`` with what its run directory holds merged in."""
-    sweep_dir = Path(sweep_dir)
-    path = sweep_dir / "sweep.json"
-    if not path.is_file():
-        raise ValueError(f"{str(sweep_dir)!r} is not a sweep directory (no {path})")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error.msg}, line {error.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise ValueError(f"{path} has no 'runs' list")
-    return {"dir": str(sweep_dir), "experiment": data.get("experiment") or "?",
+    sweep = SweepDir(sweep_dir)
+    data = sweep.record()
+    experiment = data.get("experiment") or "?"
+    return {"dir": str(sweep.path), "experiment": experiment,
             "overrides": list(data.get("overrides") or []), "launcher": data.get("launcher"),
-            "runs": [_load_run(sweep_dir, entry, path) for entry in data["runs"]]}
+            "headline": headline_metrics(experiment),
+            "runs": [_load_run(sweep, entry) for entry in data["runs"]]}
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+def headline_metrics(experiment: str | Path) -> list[str]:
+    """The headline metrics the experiment file asks its report for (``get_report()``), each
+    checked; none when the file does not exist or defines no ``get_report``."""
+    if not Path(experiment).is_file():
+        return []
+    module = load_experiment(experiment)
+    spec = module.get_report() if hasattr(module, "get_report") else {}
+    if not isinstance(spec, dict) or set(spec) - {"metrics"}:
+        raise ValueError(f"get_report() of {str(experiment)!r} must return a dict with only "
+                         f"'metrics', got {spec!r}")
+    names = list(spec.get("metrics", []))
+    for name in names:
+        metric_spec(name)
+        if name in STANDARD_COLUMNS or name.startswith("val_loss@") or names.count(name) > 1:
+            raise ValueError(f"headline metric {name!r}: the report has that column already")
+    return names
 
 
-def _load_run(sweep_dir: Path, entry, path: Path) -> dict:
+def _load_run(sweep: SweepDir, entry) -> dict:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-        raise ValueError(f"{path}: every run needs a 'name', got {str(entry)[:60]}")
+        raise ValueError(f"{sweep.record_path}: every run needs a 'name', got {str(entry)[:60]}")
     if not isinstance(entry.get("overrides", {}), dict):
-        raise ValueError(f"{path}: 'overrides' of run {entry['name']!r} is not a dict")
-    run_dir = sweep_dir / entry["name"]
-    summary = entry.get("summary") or _read_json(run_dir / "summary.json")
+        raise ValueError(f"{sweep.record_path}: 'overrides' of run {entry['name']!r} is not a "
+                         "dict")
+    run_dir = sweep.run(entry["name"])
+    summary = entry.get("summary") or run_dir.summary()
     status, error = _status(entry, summary, run_dir)
-    config = _read_json(run_dir / "config.json") or {}
+    config = run_dir.config_dict() if run_dir.exists() else {}
     lengths = sorted(int(k) for k in ((summary or {}).get("eval") or {}))
     train_length = config.get("data", {}).get("length") or (lengths[0] if lengths else None)
     return {"name": entry["name"], "overrides": dict(entry.get("overrides") or {}),
             "status": status, "error": error, "summary": summary,
             "evals": _evals(entry, run_dir), "train_length": train_length,
             "total_steps": config.get("train", {}).get("steps"),
-            "metrics": read_metrics(run_dir / "metrics.jsonl")}
+            "metrics": run_dir.metrics()}
 
 
-def _status(entry: dict, summary, run_dir: Path) -> tuple[str, str | None]:
-    """sweep.json's status and error, unless the run directory says more: a finished summary,
-    or an ``error.txt`` (its last line is the error). A run the launcher judged failed (e.g.
+def _status(entry: dict, summary, run_dir: RunDir) -> tuple[str, str | None]:
+    """The record's status and error, unless the run directory says more: a finished summary,
+    or an error traceback (its last line is the error). A run the launcher judged failed (e.g.
     diverged, with a summary) stays failed."""
     status, error = entry.get("status") or "pending", entry.get("error")
     if status == "failed" and error:
         return status, error
     if summary and summary.get("status") == "finished":
         return "finished", error
-    if status != "finished" and (run_dir / "error.txt").is_file():
-        lines = [line for line in (run_dir / "error.txt").read_text().splitlines() if line.strip()]
+    trace = run_dir.error() if status != "finished" else None
+    if trace is not None:
+        lines = [line for line in trace.splitlines() if line.strip()]
         return "failed", error or (lines[-1].strip() if lines else "")
     return status, error
 
 
-def _evals(entry: dict, run_dir: Path) -> dict:
-    """Evaluation variants, label -> {"<length>": {"loss", ...}}: sweep.json's, then the run's
-    ``evals/<label>.json`` files (which win); keys that are not lengths are dropped."""
+def _evals(entry: dict, run_dir: RunDir) -> dict:
+    """Evaluation variants, label -> {"<length>": {"loss", ...}}: the record's, then the run
+    directory's (which win); keys that are not lengths are dropped."""
     evals = dict(entry.get("evals") or {})
-    for file in sorted((run_dir / "evals").glob("*.json")):
-        data = _read_json(file) or {}
-        evals[file.stem] = data.get("results") or data.get("eval") or data
+    for label, data in run_dir.evals().items():
+        data = data or {}
+        evals[label] = data.get("results") or data.get("eval") or data
     return {label: {k: v for k, v in results.items() if str(k).isdigit() and isinstance(v, dict)}
             for label, results in evals.items() if isinstance(results, dict)}
 
@@ -144,6 +160,42 @@ def configurations(sweep: dict) -> tuple[list[str], list[dict]]:
     return axes, list(groups.values())
 
 
+# ---------------------------------------------------------------------- headline metrics
+
+def metric_spec(name: str) -> tuple[str, str]:
+    """``(key, aggregation)`` of a headline metric: ``KEY`` is the last logged value of that
+    metrics.jsonl key, ``KEY:AGG`` its ``AGG`` (one of ``AGGREGATIONS``; ``argmin`` and
+    ``argmax`` give the step) over the logged records, and ``NAMED_METRICS`` are shorthands."""
+    key, _, how = (NAMED_METRICS.get(name, name) if isinstance(name, str) else "").partition(":")
+    how = how or "last"
+    if not key or how not in AGGREGATIONS:
+        raise ValueError(f"headline metric {name!r}: write KEY or KEY:AGG with AGG one of "
+                         f"{', '.join(AGGREGATIONS)}, or one of {', '.join(NAMED_METRICS)}")
+    return key, how
+
+
+def headline_value(records: list[dict], name: str):
+    """Headline metric ``name`` of one run's metrics records; None when no record has its key.
+    ``min``/``max`` skip NaN; a tie goes to the earliest step."""
+    key, how = metric_spec(name)
+    logged = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    if how == "last":
+        return logged[-1][1] if logged else None
+    logged = [(step, value) for step, value in logged if not math.isnan(value)]
+    if not logged:
+        return None
+    step, value = (min if how.endswith("min") else max)(logged, key=lambda pair: pair[1])
+    return step if how.startswith("arg") else value
+
+
+def describe_metric(name: str) -> str:
+    """``best_val_step`` -> ``step of the lowest `val_loss```: what a headline column holds."""
+    key, how = metric_spec(name)
+    what = {"last": "last logged", "min": "lowest", "max": "highest",
+            "argmin": "step of the lowest", "argmax": "step of the highest"}[how]
+    return f"{what} `{key}`"
+
+
 # ---------------------------------------------------------------------------- statistics
 
 def mean_std(values) -> tuple[float | None, float | None]:
@@ -179,7 +231,8 @@ def extra_lengths(groups: list[dict]) -> list[int]:
 def results_rows(sweep: dict) -> list[dict]:
     """One row per configuration: the axes (short names), ``n_seeds`` (finished), mean/std of
     the final val loss and accuracy (at the training length) and train loss, mean tokens/s,
-    and mean/std of ``val_loss@<length>`` for each extra evaluation length."""
+    mean/std of ``val_loss@<length>`` for each extra evaluation length, then mean/std of each
+    headline metric (``<name>_mean``, ``<name>_std``)."""
     axes, groups = configurations(sweep)
     short = short_names(axes)
     extra = extra_lengths(groups)
@@ -198,6 +251,9 @@ def results_rows(sweep: dict) -> list[dict]:
         for length in extra:
             row[f"val_loss@{length}_mean"], row[f"val_loss@{length}_std"] = mean_std(
                 eval_loss(r["summary"]["eval"], length) for r in done)
+        for name in sweep["headline"]:
+            row[f"{name}_mean"], row[f"{name}_std"] = mean_std(
+                headline_value(r["metrics"], name) for r in done)
         rows.append(row)
     return rows
 
@@ -229,7 +285,8 @@ def extrapolation_rows(groups: list[dict]) -> list[dict]:
 def mean_curve(metrics: list[list[dict]], key: str):
     """``(steps, mean, min, max)`` of ``key`` over runs, at the steps every run logged it;
     None when no step is shared."""
-    per_run = [{r["step"]: r[key] for r in records if r.get(key) is not None} for records in metrics]
+    per_run = [{r["step"]: r[key] for r in records if r.get(key) is not None}
+               for records in metrics]
     steps = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
     if not steps:
         return None
@@ -285,9 +342,14 @@ def render_table(header: list[str], rows: list[list[str]], markdown: bool,
     return "\n".join(lines)
 
 
-def _mean_std_column(pairs: list[tuple]) -> list[str]:
-    """Cells ``mean ± std`` of one column, all with the same decimals."""
-    decimals = std_decimals(std for _, std in pairs)
+def _mean_std_column(pairs: list[tuple], whole: bool = False) -> list[str]:
+    """Cells ``mean ± std`` of one column, all with the same decimals; with ``whole``, none
+    when every mean and std is a whole number (steps, counts)."""
+    numbers = [v for pair in pairs for v in pair if v is not None]
+    if whole and all(math.isfinite(v) and v == int(v) for v in numbers):
+        decimals = 0
+    else:
+        decimals = std_decimals(std for _, std in pairs)
     return [format_mean_std(mean, std, decimals) for mean, std in pairs]
 
 
@@ -296,11 +358,14 @@ def _results_table(sweep: dict, markdown: bool, with_extra: bool) -> str:
     names = list(short_names(axes).values())
     extra = extra_lengths(groups) if with_extra else []
     rows = results_rows(sweep)
-    stats = ["val_loss", "val_accuracy", "train_loss", *(f"val_loss@{n}" for n in extra)]
-    columns = {k: _mean_std_column([(r[f"{k}_mean"], r[f"{k}_std"]) for r in rows])
+    headline = sweep["headline"]
+    stats = ["val_loss", "val_accuracy", "train_loss", *(f"val_loss@{n}" for n in extra),
+             *headline]
+    columns = {k: _mean_std_column([(r[f"{k}_mean"], r[f"{k}_std"]) for r in rows],
+                                   whole=k in headline)
                for k in stats}
     header = [*names, "n", "val loss", "val acc", "train loss", "tokens/s",
-              *(f"val loss@{n}" for n in extra)]
+              *(f"val loss@{n}" for n in extra), *headline]
     body = []
     for i, row in enumerate(rows):
         tokens = row["tokens_per_s_mean"]
@@ -389,6 +454,10 @@ def _markdown(sweep: dict, images: list[Path]) -> str:
            f"accuracy are the final evaluation at the training length "
            f"({', '.join(map(str, trained)) or '?'} tokens); losses in nats per token.", "",
            _results_table(sweep, True, with_extra=len(lengths) <= 1)]
+    if sweep["headline"]:
+        out += ["", "Headline metrics of the experiment (its `get_report()`), from each run's "
+                "metrics.jsonl: " + "; ".join(f"`{name}` = {describe_metric(name)}"
+                                              for name in sweep["headline"]) + "."]
     if len(lengths) > 1:
         out += ["", "## Extrapolation", "",
                 "Final validation loss at each evaluation length (mean ± std over seeds); "
