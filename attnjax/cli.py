@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+
+from attnjax.registry import KERNELS, LAUNCHERS
 
 
 def _info(args) -> int:
@@ -26,7 +29,8 @@ def _info(args) -> int:
         acts = [hook for hook in ("embed", "rotate", "bias") if getattr(entry, hook)] or ["-"]
         print(f"  {name:<10} acts at: {', '.join(acts)}")
     print("\nParity vs a float64 NumPy oracle (outputs and d/dq,k,v; max abs / max rel):")
-    header = f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} {'grad abs':>9} {'grad rel':>9}"
+    header = (f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} "
+              f"{'grad abs':>9} {'grad rel':>9}")
     print(header)
     for row in parity_table(with_grads=not args.no_grads):
         grads = (f"{row['grad_abs']:9.1e} {row['grad_rel']:9.1e}" if "grad_abs" in row else "")
@@ -45,14 +49,12 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    import json
-    from pathlib import Path
-
     from attnjax.config import apply_overrides
     from attnjax.data import Dataset
-    from attnjax.generate import load_params
+    from attnjax.rundir import RunDir
     from attnjax.train import evaluate
-    config, params, step = load_params(args.workdir, args.checkpoint)
+    run_dir = RunDir(args.workdir)
+    config, params, step = run_dir.params(args.checkpoint)
     if args.overrides:
         config = apply_overrides(config, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
@@ -61,16 +63,16 @@ def _eval(args) -> int:
     print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
     for length, r in results.items():
         print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
-    out = Path(args.workdir) / "eval.json"
-    out.write_text(json.dumps({"checkpoint": args.checkpoint, "step": step,
-                               "overrides": args.overrides,
-                               "results": {str(k): v for k, v in results.items()}}, indent=2))
+    run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
+                        "overrides": args.overrides,
+                        "results": {str(k): v for k, v in results.items()}})
     return 0
 
 
 def _generate(args) -> int:
-    from attnjax.generate import load_params, sample
-    config, params, _ = load_params(args.workdir, args.checkpoint)
+    from attnjax.generate import sample
+    from attnjax.rundir import RunDir
+    config, params, _ = RunDir(args.workdir).params(args.checkpoint)
     if config.data.task != "text":
         raise ValueError("generate needs a byte-level text run (data.task='text')")
     prompt = list(args.prompt.encode("utf-8"))
@@ -147,95 +149,245 @@ def _bench(args) -> int:
     return 0
 
 
+_DESCRIPTION = """\
+attnjax trains and analyses attention variants in JAX/Flax: pick attention kernels and position
+encodings by name in a config, train small decoder models, run ablation sweeps, and inspect what
+the trained heads do."""
+
+_EPILOG = """\
+examples:
+  attnjax train experiments/baseline.py --workdir runs/base
+  attnjax eval runs/base --lengths 64 128 256
+  attnjax sweep experiments/heads.py --workdir runs/heads --launcher vmap
+  attnjax report runs/heads
+
+KEY=VALUE overrides set dotted config fields, e.g. model.position.kind=alibi.
+"attnjax COMMAND --help" shows a command's options."""
+
+_OVERRIDES = "config overrides as dotted KEY=VALUE pairs, e.g. model.position.kind=alibi"
+_CHECKPOINT = ("which checkpoint to load: best (lowest validation loss) or latest "
+               "(default: %(default)s)")
+
+
+def _version() -> str:
+    """The installed distribution's version, or the package's own if it is not installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("attnjax")
+    except metadata.PackageNotFoundError:
+        import attnjax
+        return attnjax.__version__
+
+
+class _RegistryNames(Sequence):
+    """A registry's names, read the first time argparse looks at them (checking a value, or
+    formatting --help): the registry then imports its provider, so building the parser does
+    not."""
+
+    def __init__(self, registry):
+        self._registry = registry
+
+    def __getitem__(self, index):
+        return self._registry.names()[index]
+
+    def __len__(self) -> int:
+        return len(self._registry.names())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train EXPERIMENT.py into --workdir (resumes)")
-    train.add_argument("experiment", help="experiments/<name>.py defining get_config()")
-    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                       help="config overrides, e.g. model.attention.num_heads=8")
-    train.add_argument("--workdir", required=True)
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="attnjax", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"attnjax {_version()}",
+                        help="print the attnjax version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     title="commands", help="what to do; 'attnjax COMMAND "
+                                     "--help' shows its options")
+
+    def command(name: str, summary: str, description: str | None = None):
+        return commands.add_parser(name, help=summary,
+                                   description=description or summary[0].upper() + summary[1:]
+                                   + ".")
+
+    train = command("train", "train an experiment's config into a run directory (rerun to "
+                    "resume)", "Train the config returned by EXPERIMENT.py's get_config() into "
+                    "--workdir. Rerunning the same command resumes from the latest checkpoint; "
+                    "a finished run is not trained again.")
+    train.add_argument("experiment", metavar="EXPERIMENT.py",
+                       help="experiment file defining get_config(), e.g. experiments/baseline.py")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES)
+    train.add_argument("--workdir", required=True, metavar="DIR",
+                       help="run directory for config.json, metrics.jsonl, TensorBoard events "
+                       "and checkpoints")
+    train.add_argument("--no-progress", action="store_true",
+                       help="do not show a progress bar (for logs and batch jobs)")
     train.set_defaults(run=_train)
-    evaluate = commands.add_parser("eval", help="evaluate a run's checkpoint, e.g. at other "
-                                   "lengths or with a RoPE scaling override")
-    evaluate.add_argument("workdir")
-    evaluate.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    evaluate.add_argument("--lengths", type=int, nargs="+", default=None)
-    evaluate.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+
+    evaluate = command("eval", "evaluate a trained run's checkpoint, e.g. at other lengths or "
+                       "with a RoPE scaling override", "Evaluate a run's checkpoint on "
+                       "validation data at one or more sequence lengths, optionally with config "
+                       "overrides (e.g. model.position.rope_scaling=yarn). Writes eval.json into "
+                       "the run directory.")
+    evaluate.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                          "'attnjax train'")
+    evaluate.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                          help="config overrides for evaluation only, e.g. "
+                          "model.position.rope_scale=4")
+    evaluate.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                          help="sequence lengths to evaluate at (default: the training length "
+                          "and data.eval_lengths)")
+    evaluate.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                          help=_CHECKPOINT)
     evaluate.set_defaults(run=_eval)
-    generate = commands.add_parser("generate", help="sample text with the KV cache")
-    generate.add_argument("workdir")
-    generate.add_argument("--prompt", required=True)
-    generate.add_argument("--tokens", type=int, default=100)
-    generate.add_argument("--temperature", type=float, default=0.8)
-    generate.add_argument("--top-k", type=int, default=None)
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+
+    generate = command("generate", "sample text from a byte-level text run with the KV cache",
+                       "Continue a prompt with a trained byte-level text run (data.task=text), "
+                       "decoding token by token with the KV cache. Prompt plus tokens must fit "
+                       "in model.max_length.")
+    generate.add_argument("workdir", metavar="RUN_DIR",
+                          help="run directory of a byte-level text run")
+    generate.add_argument("--prompt", required=True, metavar="TEXT",
+                          help="text to continue, e.g. \"def main(\"")
+    generate.add_argument("--tokens", type=int, default=100, metavar="N",
+                          help="number of bytes to generate after the prompt "
+                          "(default: %(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.8, metavar="T",
+                          help="sampling temperature; 0 is greedy (default: %(default)s)")
+    generate.add_argument("--top-k", type=int, default=None, metavar="K",
+                          help="sample only among the K most likely tokens (default: all)")
+    generate.add_argument("--seed", type=int, default=0,
+                          help="random seed of the sampler (default: %(default)s)")
+    generate.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                          help=_CHECKPOINT)
     generate.set_defaults(run=_generate)
-    sweep = commands.add_parser("sweep", help="run every run of EXPERIMENT.py's get_sweep() "
-                                "into --workdir (rerun to resume)")
-    sweep.add_argument("experiment", help="experiments/<name>.py defining get_config() and "
-                       "get_sweep()")
+
+    sweep = command("sweep", "run every run of an experiment's get_sweep() into a directory "
+                    "(rerun to resume)", "Expand EXPERIMENT.py's get_sweep() into named runs "
+                    "and train them into --workdir/<run name>. Rerunning skips finished runs and "
+                    "resumes interrupted ones; failed runs are recorded in sweep.json and the "
+                    "command exits 1.")
+    sweep.add_argument("experiment", metavar="EXPERIMENT.py",
+                       help="experiment file defining get_config() and get_sweep(), e.g. "
+                       "experiments/heads.py")
     sweep.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                       help="overrides applied to every run, e.g. train.steps=100")
-    sweep.add_argument("--workdir", required=True)
-    sweep.add_argument("--launcher", choices=["sequential", "processes", "vmap"],
-                       default="sequential")
-    sweep.add_argument("--jobs", type=int, default=None, help="processes: worker processes "
-                       "(default 2); vmap: most runs in one vmapped program (default all)")
-    sweep.add_argument("--retry-failed", action="store_true", help="run failed runs again")
-    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+                       help="config overrides applied to every run, e.g. train.steps=100")
+    sweep.add_argument("--workdir", required=True, metavar="DIR",
+                       help="sweep directory: sweep.json plus one run directory per run")
+    sweep.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="sequential",
+                       metavar="LAUNCHER",
+                       help="how to run the runs, one of %(choices)s (default: %(default)s): "
+                       "sequential trains them one after another in this process, processes "
+                       "in --jobs worker processes, vmap trains runs differing only in seed or "
+                       "scalar hyperparameters as one vmapped program")
+    sweep.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help="processes: number of worker processes (default 2); vmap: most "
+                       "runs in one vmapped program (default: all)")
+    sweep.add_argument("--retry-failed", action="store_true",
+                       help="train runs recorded as failed again")
+    sweep.add_argument("--no-progress", action="store_true",
+                       help="do not show progress bars (for logs and batch jobs)")
     sweep.set_defaults(run=_sweep)
-    status = commands.add_parser("sweep-status", help="one line per run of a sweep directory")
-    status.add_argument("workdir")
+
+    status = command("sweep-status", "one line per run of a sweep: status, steps done, "
+                     "validation loss, error")
+    status.add_argument("workdir", metavar="SWEEP_DIR",
+                        help="sweep directory written by 'attnjax sweep'")
     status.set_defaults(run=_sweep_status)
-    report = commands.add_parser("report", help="report.md, results.csv and plots of a sweep")
-    report.add_argument("workdir")
-    report.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
+
+    report = command("report", "write a sweep's report: report.md, results.csv and plots",
+                     "Write report.md, results.csv, loss curves and final-metric-vs-axis plots "
+                     "of a sweep, and print its results table.")
+    report.add_argument("workdir", metavar="SWEEP_DIR",
+                        help="sweep directory written by 'attnjax sweep'")
+    report.add_argument("--out", default=None, metavar="DIR",
+                        help="directory to write the report into (default: SWEEP_DIR)")
     report.set_defaults(run=_report)
-    attention = commands.add_parser("attention", help="attention heatmaps of every layer and "
-                                    "head on a probe input, a grid of all heads, per-head stats")
-    attention.add_argument("workdir", metavar="RUN_DIR")
-    attention.add_argument("--text", default=None, help="probe text (byte-level runs)")
-    attention.add_argument("--batch", type=int, default=None, help="probe with N validation "
-                           "examples of the run's own data (default 4 if no --text)")
-    attention.add_argument("--out", required=True)
-    attention.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+
+    attention = command("attention", "attention heatmaps of every layer and head on a probe "
+                        "input, a grid of all heads, and per-head statistics",
+                        "Run a trained model on a probe input and write one heatmap per layer "
+                        "and head, grid.png with every head, and head_stats.md/.csv (entropy, "
+                        "sink mass, previous-token and induction scores, ...).")
+    attention.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                           "'attnjax train'")
+    attention.add_argument("--text", default=None,
+                           help="probe text for byte-level text runs, e.g. \"def main(argv):\"")
+    attention.add_argument("--batch", type=int, default=None, metavar="N",
+                           help="probe with N validation examples of the run's own data "
+                           "(default 4 if no --text)")
+    attention.add_argument("--out", required=True, metavar="DIR",
+                           help="directory to write the heatmaps and statistics into")
+    attention.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                           help=_CHECKPOINT)
     attention.set_defaults(run=_attention)
-    heads = commands.add_parser("heads", help="head knockout, gradient importance (Michel et al.) "
-                                "and the pruning curve")
-    heads.add_argument("workdir", metavar="RUN_DIR")
-    heads.add_argument("--out", required=True)
-    heads.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    heads.add_argument("--steps", type=int, default=None, help="points on the pruning curve "
-                       "(default: one per head, at most 10)")
+
+    heads = command("heads", "head knockout, gradient importance (Michel et al.) and the "
+                    "pruning curve", "Knock out one head at a time (loss change per head), "
+                    "compute gradient head importance (Michel et al.) and plot iterative "
+                    "pruning: loss against the fraction of heads removed.")
+    heads.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                       "'attnjax train'")
+    heads.add_argument("--out", required=True, metavar="DIR",
+                       help="directory to write the tables and plots into")
+    heads.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                       help=_CHECKPOINT)
+    heads.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="points on the pruning curve (default: one per head, at most 10)")
     heads.set_defaults(run=_heads)
-    compare = commands.add_parser("compare", help="compare two runs, or every run of a sweep "
-                                  "with a baseline: config, parameters, attention, losses")
-    compare.add_argument("run_a", metavar="RUN_A|SWEEP_DIR")
-    compare.add_argument("run_b", metavar="RUN_B", nargs="?", default=None)
-    compare.add_argument("--baseline", default=None, help="with SWEEP_DIR: a run name of the "
-                         "sweep or a run directory")
-    compare.add_argument("--out", required=True)
-    compare.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+
+    compare = command("compare", "compare two runs, or every run of a sweep with a baseline: "
+                      "config, parameters, attention, losses",
+                      "Compare RUN_A with RUN_B, or every run of SWEEP_DIR with --baseline: "
+                      "config difference, per-parameter relative L2 and cosine, Jensen-Shannon "
+                      "divergence of attention per layer and head, validation losses.")
+    compare.add_argument("run_a", metavar="RUN_A|SWEEP_DIR",
+                         help="first run directory, or a sweep directory (with --baseline)")
+    compare.add_argument("run_b", metavar="RUN_B", nargs="?", default=None,
+                         help="second run directory (omit with --baseline)")
+    compare.add_argument("--baseline", default=None, metavar="RUN",
+                         help="with SWEEP_DIR: the run every other run is compared with, a "
+                         "run name of the sweep (e.g. num_heads=4,seed=0) or a run directory")
+    compare.add_argument("--out", required=True, metavar="DIR",
+                         help="directory to write the comparison into")
+    compare.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                         help=_CHECKPOINT)
     compare.set_defaults(run=_compare)
-    info = commands.add_parser("info", help="registered kernels and position encodings, "
-                               "and a parity table of the kernels")
-    info.add_argument("--no-grads", action="store_true", help="parity of outputs only")
+
+    info = command("info", "list the registered attention kernels and position encodings, "
+                   "with a parity table of the kernels", "Show the JAX backend, every "
+                   "registered attention kernel and position encoding, and each kernel's "
+                   "error against a float64 NumPy oracle (outputs and gradients).")
+    info.add_argument("--no-grads", action="store_true",
+                      help="check the parity of outputs only, not of gradients (faster)")
     info.set_defaults(run=_info)
-    bench = commands.add_parser("bench", help="attention kernels (memory, time), training "
-                                "throughput (tokens/s, MFU), or vmap vs sequential sweeps")
-    bench.add_argument("what", choices=["attention", "train", "sweep"])
-    bench.add_argument("--steps", type=int, default=None, help="train: timed steps per "
-                       "setting (default 50); sweep: steps per run (default 1000)")
-    bench.add_argument("--seeds", type=int, default=8, help="sweep: seeds of experiments/mqar.py")
-    bench.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
-    bench.add_argument("--kernels", nargs="+", default=None)
-    bench.add_argument("--batch", type=int, default=1)
-    bench.add_argument("--heads", type=int, default=4)
-    bench.add_argument("--head-dim", type=int, default=32)
-    bench.add_argument("--out", default=None, help="write the rows as JSON here")
+
+    bench = command("bench", "benchmark attention kernels (memory, time), training throughput "
+                    "(tokens/s, MFU), or vmap vs sequential sweeps", "Benchmark one of: "
+                    "attention (compiled memory and time of each kernel's gradient), train "
+                    "(tokens/s and model-FLOPs utilisation) or sweep (vmap vs sequential "
+                    "launcher wall time).")
+    bench.add_argument("what", choices=["attention", "train", "sweep"], metavar="WHAT",
+                       help="what to benchmark: %(choices)s")
+    bench.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="train: timed steps per setting (default 50); sweep: steps per "
+                       "run (default 1000)")
+    bench.add_argument("--seeds", type=int, default=8, metavar="N",
+                       help="sweep: number of seeds of experiments/mqar.py to train "
+                       "(default: %(default)s)")
+    bench.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], metavar="N",
+                       help="attention: sequence lengths to measure (default: 1024 4096)")
+    bench.add_argument("--kernels", nargs="+", default=None, metavar="KERNEL",
+                       choices=_RegistryNames(KERNELS),
+                       help="attention: kernels to measure, from %(choices)s (default: every "
+                       "exact kernel available on this backend)")
+    bench.add_argument("--batch", type=int, default=1, metavar="N",
+                       help="attention: batch size (default: %(default)s)")
+    bench.add_argument("--heads", type=int, default=4, metavar="N",
+                       help="attention: number of heads (default: %(default)s)")
+    bench.add_argument("--head-dim", type=int, default=32, metavar="N",
+                       help="attention: features per head (default: %(default)s)")
+    bench.add_argument("--out", default=None, metavar="FILE.json",
+                       help="also write the results as JSON to this file")
     bench.set_defaults(run=_bench)
     return parser
 
