@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo info bench clean
+.PHONY: install test lint demo info bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check attnjax tests experiments
 
 demo: $(STAMP)
 	$(BIN)/attnjax sweep experiments/demo.py --workdir runs/demo-sweep --launcher vmap

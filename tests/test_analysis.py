@@ -17,27 +17,28 @@ import pytest
 from attnjax.analysis import diagnostics as D
 from attnjax.analysis import heads as K
 from attnjax.analysis import heatmaps as V
-from attnjax.config import Config, apply_overrides, from_json, to_json
+from attnjax.config import Config, apply_overrides, from_json, to_dict, to_json
 from attnjax.data import Dataset
 from attnjax.nn import DecoderLM
+from attnjax.nn.probe import STATS
 from attnjax.nn.transformer import knockout_gates
-from attnjax.config import to_dict
-from attnjax.train import Checkpoints
-from attnjax.train.loop import evaluate, prepare_workdir
+from attnjax.ops import stats as S
+from attnjax.rundir import RunDir
+from attnjax.train.loop import evaluate
 from attnjax.train.state import init_state
+from attnjax.train.step import make_diagnostics
+from helpers import TINY_INDUCTION, tiny_config
 
-PNG = b"\x89PNG\r\n\x1a\n"
 T = 12
-TINY = {"model.vocab_size": 32, "model.d_model": 16, "model.num_layers": 2,
-        "model.max_length": 16, "model.attention.num_heads": 2, "data.task": "induction",
-        "data.vocab_size": 32, "data.length": T, "train.eval_batches": 2,
-        "train.eval_batch_size": 4, "train.batch_size": 4, "train.steps": 2,
-        "train.warmup_steps": 1, "train.log_every": 1, "train.eval_every": 2,
-        "train.checkpoint_every": 2}
+# Two layers (knockout and pruning across layers); vocabulary 32, so the loss at
+# initialisation is ~ln 32 = 3.5 (the finite-difference tolerance below rests on it); length
+# 12, not the model's 16; two evaluation batches, so losses are averaged across batches.
+TINY = {**TINY_INDUCTION, "model.num_layers": 2, "model.vocab_size": 32,
+        "data.vocab_size": 32, "data.length": T, "train.eval_batches": 2}
 
 
 def tiny(**overrides) -> Config:
-    return apply_overrides(Config(), {**TINY, **overrides})
+    return tiny_config(TINY, **overrides)
 
 
 def params_of(config: Config):
@@ -46,12 +47,12 @@ def params_of(config: Config):
     return jax.device_put(init_state(config).params, jax.devices()[0])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def batches_of(config: Config):
     return K.validation_batches(config)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward(config: Config):
     model = DecoderLM(config.model)
     return jax.jit(lambda p, t, g: model.apply({"params": p}, t, head_gates=g)[0])
@@ -75,14 +76,14 @@ def uniform_causal(n: int) -> np.ndarray:
 def test_uniform_rows_have_entropy_log_n():
     w = as_weights(uniform_causal(T))
     i = np.arange(T)
-    np.testing.assert_allclose(D.entropy(w), [[np.mean(np.log(i + 1))]], rtol=1e-6)
-    np.testing.assert_allclose(D.normalized_entropy(w), [[1.0]], rtol=1e-6)
-    np.testing.assert_allclose(D.max_weight(w), [[np.mean(1 / (i + 1))]], rtol=1e-6)
-    np.testing.assert_allclose(D.sink_mass(w), [[np.mean(1 / (i + 1))]], rtol=1e-6)
+    np.testing.assert_allclose(S.entropy(w), [[np.mean(np.log(i + 1))]], rtol=1e-6)
+    np.testing.assert_allclose(S.normalized_entropy(w), [[1.0]], rtol=1e-6)
+    np.testing.assert_allclose(S.max_weight(w), [[np.mean(1 / (i + 1))]], rtol=1e-6)
+    np.testing.assert_allclose(S.sink_mass(w), [[np.mean(1 / (i + 1))]], rtol=1e-6)
     # 1/(i+1) > 0.1 for rows 0..8: 1 + 2 + ... + 9 = 45 of the 78 allowed weights
-    np.testing.assert_allclose(D.activation_ratio(w), [[45 / 78]], rtol=1e-6)
+    np.testing.assert_allclose(S.activation_ratio(w), [[45 / 78]], rtol=1e-6)
     # a single row uniform over n keys: the last row of a uniform matrix
-    last = D._row_entropy(jnp.asarray(w))[0, 0, 0, -1]
+    last = S.row_entropy(jnp.asarray(w))[0, 0, 0, -1]
     np.testing.assert_allclose(last, math.log(T), rtol=1e-6)
 
 
@@ -90,57 +91,57 @@ def test_one_hot_rows_on_the_first_key():
     w = np.zeros((T, T), np.float32)
     w[:, 0] = 1.0
     w = as_weights(w)
-    np.testing.assert_allclose(D.entropy(w), [[0.0]], atol=1e-7)
-    np.testing.assert_allclose(D.normalized_entropy(w), [[0.0]], atol=1e-7)
-    np.testing.assert_allclose(D.max_weight(w), [[1.0]])
-    np.testing.assert_allclose(D.sink_mass(w), [[1.0]])
-    np.testing.assert_allclose(D.activation_ratio(w), [[T / (T * (T + 1) / 2)]], rtol=1e-6)
+    np.testing.assert_allclose(S.entropy(w), [[0.0]], atol=1e-7)
+    np.testing.assert_allclose(S.normalized_entropy(w), [[0.0]], atol=1e-7)
+    np.testing.assert_allclose(S.max_weight(w), [[1.0]])
+    np.testing.assert_allclose(S.sink_mass(w), [[1.0]])
+    np.testing.assert_allclose(S.activation_ratio(w), [[T / (T * (T + 1) / 2)]], rtol=1e-6)
     diagonal = as_weights(np.eye(T))               # a one-hot "current token" head
-    np.testing.assert_allclose(D.sink_mass(diagonal), [[1 / T]], rtol=1e-6)
-    np.testing.assert_allclose(D.max_weight(diagonal), [[1.0]])
+    np.testing.assert_allclose(S.sink_mass(diagonal), [[1 / T]], rtol=1e-6)
+    np.testing.assert_allclose(S.max_weight(diagonal), [[1.0]])
 
 
 def test_activation_ratio_and_entropy_on_a_hand_matrix():
     w = as_weights([[1.0, 0, 0], [0.95, 0.05, 0], [0.2, 0.05, 0.75]])
-    np.testing.assert_allclose(D.activation_ratio(w), [[4 / 6]], rtol=1e-6)
+    np.testing.assert_allclose(S.activation_ratio(w), [[4 / 6]], rtol=1e-6)
     h = lambda p: -sum(x * math.log(x) for x in p)
     expected = (0 + h([0.95, 0.05]) + h([0.2, 0.05, 0.75])) / 3
-    np.testing.assert_allclose(D.entropy(w), [[expected]], rtol=1e-5)
+    np.testing.assert_allclose(S.entropy(w), [[expected]], rtol=1e-5)
     normalised = (h([0.95, 0.05]) / math.log(2) + h([0.2, 0.05, 0.75]) / math.log(3)) / 2
-    np.testing.assert_allclose(D.normalized_entropy(w), [[normalised]], rtol=1e-5)
-    np.testing.assert_allclose(D.max_weight(w), [[(1 + 0.95 + 0.75) / 3]], rtol=1e-6)
+    np.testing.assert_allclose(S.normalized_entropy(w), [[normalised]], rtol=1e-5)
+    np.testing.assert_allclose(S.max_weight(w), [[(1 + 0.95 + 0.75) / 3]], rtol=1e-6)
 
 
 def test_previous_token_and_induction_scores_by_hand():
     shifted = np.eye(T, k=-1)
     shifted[0, 0] = 1.0                            # row i on key i - 1 (row 0 on itself)
-    np.testing.assert_allclose(D.previous_token(as_weights(shifted)), [[1.0]])
-    np.testing.assert_allclose(D.previous_token(as_weights(np.eye(T))), [[0.0]])
+    np.testing.assert_allclose(S.previous_token(as_weights(shifted)), [[1.0]])
+    np.testing.assert_allclose(S.previous_token(as_weights(np.eye(T))), [[0.0]])
     # tokens 5 7 5 7: row 2 (a 5) may look at key 1 (after the first 5), row 3 (a 7) at key 2
     w = as_weights([[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0.1, 0.6, 0.3, 0], [0.25] * 4])
-    np.testing.assert_allclose(D.induction_score(w, [[5, 7, 5, 7]]), [[(0.6 + 0.25) / 2]],
+    np.testing.assert_allclose(S.induction_score(w, [[5, 7, 5, 7]]), [[(0.6 + 0.25) / 2]],
                                rtol=1e-6)
-    assert np.isnan(D.induction_score(w, [[1, 2, 3, 4]])).all()     # no repeated token
+    assert np.isnan(S.induction_score(w, [[1, 2, 3, 4]])).all()     # no repeated token
     with pytest.raises(ValueError, match=r"tokens must be \[B, T\]"):
-        D.induction_score(w, [[1, 2, 3]])
+        S.induction_score(w, [[1, 2, 3]])
 
 
 def test_statistics_keep_layers_and_heads_apart_and_refuse_bad_shapes():
     w = np.stack([np.stack([uniform_causal(4), np.eye(4)])] * 3)[:, None]  # [3, 1, 2, 4, 4]
-    stats = D.weight_statistics(w)
+    stats = S.weight_statistics(w)
     for value in stats.values():
         chex.assert_shape(value, (3, 2))
     np.testing.assert_allclose(stats["max_weight"][:, 1], 1.0)
     np.testing.assert_allclose(stats["norm_entropy"][:, 0], 1.0,
                                rtol=1e-6)
     with pytest.raises(ValueError, match="weights must be"):
-        D.entropy(np.ones((2, 4, 4)))
+        S.entropy(np.ones((2, 4, 4)))
 
 
 def test_qk_statistics_by_hand():
     q = jnp.asarray([[1.0, 0.0], [0.0, 2.0]])[None, :, None, :]       # [B=1, T=2, N=1, H=2]
     k = jnp.asarray([[1.0, 1.0], [3.0, 0.0]])[None, :, None, :]
-    stats = D.qk_statistics(jnp.concatenate([q, 2 * q], 2), k, jnp.asarray([1.0, 0.5]))
+    stats = S.qk_statistics(jnp.concatenate([q, 2 * q], 2), k, jnp.asarray([1.0, 0.5]))
     # causal pairs: q0.k0 = 1, q1.k0 = 2, q1.k1 = 0; the future pair q0.k1 = 3 is left out
     np.testing.assert_allclose(stats["max_logit"], [2.0, 2.0])       # 0.5 * (2q).k = q.k
     np.testing.assert_allclose(stats["q_norm"], [math.sqrt(2.5), 2 * math.sqrt(2.5)], rtol=1e-6)
@@ -172,17 +173,20 @@ def test_head_statistics_and_the_jittable_metrics_agree():
     params = params_of(config)
     tokens = np.asarray(batches_of(config)[0]["inputs"])
     stats = D.head_statistics(config, params, tokens)
-    assert list(stats) == [*D.STATS, "pos_sim@10", "pos_sim@100"]
+    assert list(stats) == [*STATS, "pos_sim@10", "pos_sim@100"]
     for value in stats.values():
         chex.assert_shape(value, (2, 2))
     assert np.isnan(stats["pos_sim@100"]).all() and np.isfinite(stats["pos_sim@10"]).all()
-    head_metrics = D.make_head_metrics(config)
-    shapes = jax.eval_shape(jax.jit(head_metrics), params, tokens)        # it traces under jit
-    assert len(shapes) == len(D.STATS) * 4
+    diagnostics = make_diagnostics(apply_overrides(config, {"train.head_metrics": True}))
+    batch = {"inputs": tokens}
+    shapes = jax.eval_shape(jax.jit(diagnostics), params, batch)        # it traces under jit
+    shapes.pop("max_attn_logit")
+    assert len(shapes) == len(STATS) * 4
     assert all(s.shape == () and s.dtype == jnp.float32 for s in shapes.values())
-    metrics = head_metrics(params, tokens)
+    metrics = diagnostics(params, batch)
+    np.testing.assert_allclose(metrics.pop("max_attn_logit"), stats["max_logit"].max(), rtol=1e-6)
     assert set(metrics) == set(shapes)
-    for name in D.STATS:
+    for name in STATS:
         np.testing.assert_allclose(metrics[f"head_{name}/L1H0"], stats[name][1, 0], rtol=1e-6)
     table = D.format_head_table(stats).splitlines()
     assert len(table) == 2 + 4 and table[-1].startswith("| L1.H1 |")
@@ -326,7 +330,7 @@ def test_byte_labels_and_truncation():
     assert same[1:] == (["x"] * 10, "t") and same[0].shape == (10, 10)
 
 
-def test_pictures_are_pngs(tmp_path):
+def test_pictures_are_pngs(tmp_path, assert_png):
     V.plot_attention(uniform_causal(50), [chr(97 + i % 26) for i in range(50)], "uniform",
                      tmp_path / "a.png")
     V.plot_head_grid(np.stack([np.stack([uniform_causal(8), np.eye(8)])] * 2), tmp_path / "g.png",
@@ -335,14 +339,20 @@ def test_pictures_are_pngs(tmp_path):
     curve = {"order": "random", "fraction": np.asarray([0, 1.0]), "loss": np.asarray([1, 2.0]),
              "accuracy": np.asarray([0.9, 0.1])}
     K.plot_pruning_curve([curve], tmp_path / "p.png")
-    for name in "agkp":
-        assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG
+    # pixels = figsize x dpi: (side + 1, side) at 110 with side = 0.16 * 48 + 1.6 (48 of 50
+    # tokens shown); (1.9 * heads + 0.9, 1.9 * layers + 0.5) at 100; (heads + 2.2,
+    # 0.7 * layers + 1.6) at 110; (10, 4) at 110
+    assert_png(tmp_path / "a.png", (1130, 1020))
+    assert_png(tmp_path / "g.png", (470, 430))
+    assert_png(tmp_path / "k.png", (462, 330))
+    assert_png(tmp_path / "p.png", (1100, 440))
 
 
-def test_reports_of_a_run(tmp_path):
+def test_reports_of_a_run(tmp_path, assert_png):
     config = tiny()
-    run = prepare_workdir(tmp_path / "run", config)      # a run directory with one checkpoint
-    checkpoints = Checkpoints(run / "ckpt")
+    run = tmp_path / "run"                               # a run directory with one checkpoint
+    RunDir(run).prepare(config)
+    checkpoints = RunDir(run).checkpoints()
     checkpoints.save(0, init_state(config), to_dict(config), 1.0)
     checkpoints.wait()
     checkpoints.close()
@@ -350,13 +360,16 @@ def test_reports_of_a_run(tmp_path):
     files = {p.name for p in (tmp_path / "attn").iterdir()}
     assert files == {"L0H0.png", "L0H1.png", "L1H0.png", "L1H1.png", "grid.png",
                      "head_stats.md", "head_stats.csv"}
-    assert (tmp_path / "attn" / "grid.png").read_bytes()[:8] == PNG
+    for name in ("L0H0", "L0H1", "L1H0", "L1H1"):         # 12 tokens: side = 4 (its minimum)
+        assert_png(tmp_path / "attn" / f"{name}.png", (550, 440))
+    assert_png(tmp_path / "attn" / "grid.png", (470, 430))      # 2 x 2 heads, as above
     assert table.splitlines()[-1].startswith("| L1.H1 |")
     assert len((tmp_path / "attn" / "head_stats.csv").read_text().splitlines()) == 1 + 4
     with pytest.raises(ValueError, match="--text needs a byte-level text model"):
         V.write_attention_report(run, tmp_path / "x", text="hello")
     report = K.write_head_report(run, tmp_path / "heads", steps=2)
-    for name in ("knockout.png", "importance.png", "pruning.png"):
-        assert (tmp_path / "heads" / name).read_bytes()[:8] == PNG
+    for name, size in (("knockout", (462, 330)), ("importance", (462, 330)),
+                       ("pruning", (1100, 440))):
+        assert_png(tmp_path / "heads" / f"{name}.png", size)
     assert "| L0.H0 |" in report and "Baseline validation loss" in report
     assert len((tmp_path / "heads" / "knockout.csv").read_text().splitlines()) == 1 + 4

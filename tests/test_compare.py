@@ -16,23 +16,16 @@ from attnjax.analysis.compare import (ABSENT, attention_divergence, compare_runs
                                       comparison, config_differences, cosine, js_divergence,
                                       load_run, parameter_differences, relative_l2)
 from attnjax.config import Config, apply_overrides, to_dict
-from attnjax.train import Checkpoints, train
-from attnjax.train.loop import prepare_workdir
+from attnjax.rundir import RunDir
+from attnjax.train import train
 from attnjax.train.state import init_state
-
-TINY = {"model.d_model": 16, "model.num_layers": 1, "model.max_length": 16,
-        "model.attention.num_heads": 2, "data.task": "text", "data.length": 12,
-        "train.batch_size": 4, "train.steps": 20, "train.warmup_steps": 2, "train.log_every": 5,
-        "train.eval_every": 10, "train.checkpoint_every": 10, "train.eval_batches": 1,
-        "train.eval_batch_size": 4}
-PNG = b"\x89PNG\r\n\x1a\n"
-
+from helpers import TINY_TEXT, tiny_config
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 
 
 def tiny(corpus, **overrides) -> Config:
-    return apply_overrides(Config(), {**TINY, "data.path": str(corpus), **overrides})
+    return tiny_config(TINY_TEXT, **{"data.path": str(corpus), **overrides})
 
 
 # ------------------------------------------------------------------------------- the math
@@ -117,7 +110,9 @@ def runs(tmp_path_factory):
     assert load_run(root / "b", "B", "latest").step == 10
     assert train(config, root / "b", progress=False)["status"] == "finished"
     other = apply_overrides(config, {"model.vocab_size": 260})
-    checkpoints = Checkpoints(prepare_workdir(root / "c", other) / "ckpt")
+    run_c = RunDir(root / "c")
+    run_c.prepare(other)
+    checkpoints = run_c.checkpoints()
     checkpoints.save(0, init_state(other), to_dict(other), val_loss=math.log(256))
     checkpoints.wait()
     checkpoints.close()
@@ -128,7 +123,7 @@ def _read(out):
     return (out / "report.md").read_text()
 
 
-def test_a_checkpoint_against_itself_is_identical(runs, tmp_path):
+def test_a_checkpoint_against_itself_is_identical(runs, tmp_path, assert_png):
     summary = compare_runs(runs / "a", runs / "a", tmp_path)
     assert "config: 0 difference(s)" in summary and "report:" in summary
     assert "attention JS (nats, at most ln 2 = 0.693): mean 0.0000" in summary
@@ -138,8 +133,11 @@ def test_a_checkpoint_against_itself_is_identical(runs, tmp_path):
     assert len(params) == 13 and "Not comparable" not in report   # embed, block (10), final norm
     assert all(line.endswith(" | 0 | 1 |") for line in params)      # relative L2, cosine
     assert "| 0 | 0.0000 | 0.0000 | 0.0000 |" in report              # layer 0: heads 0, 1, mean
-    for name in ("parameters.png", "attention_js.png", "loss_curves.png"):
-        assert (tmp_path / name).read_bytes()[:8] == PNG
+    # pixels = figsize x 110 dpi: (9, 1.4 + 0.24 * 13 parameters), (4.5, 3) for 1 x 2 heads,
+    # (7.5, 4.5)
+    for name, size in (("parameters.png", (990, 497)), ("attention_js.png", (495, 330)),
+                       ("loss_curves.png", (825, 495))):
+        assert_png(tmp_path / name, size)
         assert f"]({name})" in report
 
 
@@ -166,7 +164,7 @@ def test_different_vocabularies_skip_attention_and_embedding(runs, tmp_path):
     assert not (tmp_path / "attention_js.png").exists()
 
 
-def test_run_without_checkpoint_compares_config_and_metrics(runs, tmp_path):
+def test_run_without_checkpoint_compares_config_and_metrics(runs, tmp_path, assert_png):
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("config.json", "metrics.jsonl", "summary.json"):
@@ -177,7 +175,7 @@ def test_run_without_checkpoint_compares_config_and_metrics(runs, tmp_path):
     assert "Not compared: a run has no usable checkpoint." in report
     assert "Skipped: B (bare) has no checkpoint." in report
     assert "val loss @ length 12" in summary
-    assert (tmp_path / "out" / "loss_curves.png").read_bytes()[:8] == PNG
+    assert_png(tmp_path / "out" / "loss_curves.png", (825, 495))
 
 
 def test_run_still_writing_is_compared_at_its_latest_checkpoint_and_untouched(runs, tmp_path):
@@ -193,7 +191,7 @@ def test_run_still_writing_is_compared_at_its_latest_checkpoint_and_untouched(ru
     assert "A (live) has no summary.json; its latest logged val_loss is" in _read(tmp_path / "out")
 
 
-def test_sweep_against_a_baseline_by_name(runs, tmp_path):
+def test_sweep_against_a_baseline_by_name(runs, tmp_path, assert_png):
     sweep = tmp_path / "sweep"
     for name, source in (("base", "a"), ("resumed", "b"), ("vocab=260", "c")):
         shutil.copytree(runs / source, sweep / name)
@@ -210,14 +208,15 @@ def test_sweep_against_a_baseline_by_name(runs, tmp_path):
     assert "[report](<vocab=260/report.md>)" in report
     assert "Skipped: different vocabularies" in (tmp_path / "out" / "vocab=260" / "report.md"
                                                  ).read_text()
-    assert (tmp_path / "out" / "overview.png").read_bytes()[:8] == PNG
+    assert_png(tmp_path / "out" / "overview.png", (1210, 330))     # (11, 2.2 + 0.4 * 2 runs)
 
 
 def test_bad_input_is_one_line(runs, tmp_path):
     not_a_run = f"^{re.escape(repr(str(tmp_path)))} is not a run directory"
     with pytest.raises(ValueError, match=not_a_run):
         compare_runs(runs / "a", tmp_path, tmp_path / "out")
-    with pytest.raises(ValueError, match="^sweep_dir .* is not a sweep directory"):
+    with pytest.raises(ValueError, match=f"^{re.escape(repr(str(tmp_path)))} is not a sweep "
+                                         "directory"):
         compare_sweep(tmp_path, "base", tmp_path / "out")
     (tmp_path / "sweep.json").write_text(json.dumps({"runs": [{"name": "x"}]}))
     with pytest.raises(ValueError, match="^baseline 'nope' is neither a run directory"):

@@ -2,40 +2,29 @@
 vmapped runs equal to the same runs trained alone."""
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
-from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig,
-                            apply_overrides)
+from attnjax.config import AttentionConfig, Config, ModelConfig, TrainConfig, apply_overrides
+from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
 from attnjax.sweep.launch import divergence, run_sweep, vmap_groups
-from attnjax.sweep.record import load_record
 from attnjax.train import hyper, loop, train
-from attnjax.train.logging import read_metrics
+from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
-COMPILE_CACHE = ROOT / ".pytest_cache" / "jax-compile"
+# five steps per dispatch: a stop flag checked three times stops a run after 15 of its 20 steps
+TINY = {**TINY_INDUCTION, "train.steps_per_dispatch": 5}
 
 EXPERIMENT = '''
 """A tiny sweep: attnjax sweep tiny.py --workdir DIR"""
-from attnjax.config import AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig
+from attnjax.config import Config, apply_overrides
 from attnjax.sweep import product
 
 
 def get_config():
-    return Config(
-        model=ModelConfig(vocab_size=16, d_model=16, num_layers=1, max_length=16,
-                          attention=AttentionConfig(num_heads=2)),
-        data=DataConfig(task="induction", length=16, vocab_size=16),
-        train=TrainConfig(steps=20, batch_size=8, warmup_steps=2, log_every=5, eval_every=10,
-                          checkpoint_every=10, eval_batches=2, eval_batch_size=8,
-                          steps_per_dispatch=5))
+    return apply_overrides(Config(), TINY)
 
 
 def get_sweep():
@@ -45,7 +34,7 @@ def get_sweep():
 
 def write_experiment(tmp_path, sweep: str) -> Path:
     path = tmp_path / "tiny.py"
-    path.write_text(EXPERIMENT.replace("SWEEP", sweep))
+    path.write_text(EXPERIMENT.replace("TINY", repr(TINY)).replace("SWEEP", sweep))
     return path
 
 
@@ -77,7 +66,8 @@ def test_run_names_are_stable_and_readable():
 
 
 def test_expand_builds_validated_configs(tmp_path):
-    path = write_experiment(tmp_path, 'product({"seed": [0, 1], "model.attention.num_heads": [1, 4]})')
+    path = write_experiment(tmp_path,
+                            'product({"seed": [0, 1], "model.attention.num_heads": [1, 4]})')
     runs = expand(path, ["train.steps=10"])
     assert [r.name for r in runs] == ["num_heads=1,seed=0", "num_heads=4,seed=0",
                                       "num_heads=1,seed=1", "num_heads=4,seed=1"]
@@ -112,16 +102,7 @@ def test_structure_keeps_whether_dropout_is_on():
 
 # ---------------------------------------------------------------- launching
 
-@pytest.fixture(scope="module")
-def compile_cache():
-    previous = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(COMPILE_CACHE))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", previous)
-
-
-def test_vmapped_runs_equal_solo_runs(tmp_path, compile_cache):
+def test_vmapped_runs_equal_solo_runs(tmp_path):
     """Three runs differing in seed, learning rate and dropout rates, trained as one vmapped
     program, write what each writes when trained alone."""
     sweep = ('[{"seed": 0, "train.learning_rate": 1e-3, "model.attention.dropout_rate": 0.1},'
@@ -136,8 +117,8 @@ def test_vmapped_runs_equal_solo_runs(tmp_path, compile_cache):
     for run in expand(path, dropout):
         alone = tmp_path / "alone" / run.name
         solo_summary = train(run.config, alone, progress=False)
-        vmapped = read_metrics(tmp_path / "sweep" / run.name / "metrics.jsonl")
-        solo = read_metrics(alone / "metrics.jsonl")
+        vmapped = RunDir(tmp_path / "sweep" / run.name).metrics()
+        solo = RunDir(alone).metrics()
         assert [r["step"] for r in vmapped] == [r["step"] for r in solo] == [5, 10, 15, 20]
         assert {"head_entropy/L0H1", "head_sink_mass/L0H0"} <= set(vmapped[0])   # per-head metrics
         for a, b in zip(vmapped, solo):
@@ -149,12 +130,12 @@ def test_vmapped_runs_equal_solo_runs(tmp_path, compile_cache):
                                    solo_summary["eval"]["16"]["loss"], rtol=2e-6)
         np.testing.assert_allclose(summary["train_loss"], solo_summary["train_loss"], rtol=2e-6)
     # the three runs really differ (seeds and rates were not collapsed)
-    losses = {read_metrics(tmp_path / "sweep" / r["name"] / "metrics.jsonl")[-1]["loss"]
+    losses = {RunDir(tmp_path / "sweep" / r["name"]).metrics()[-1]["loss"]
               for r in record["runs"]}
     assert len(losses) == 3
 
 
-def test_failures_are_isolated_and_finished_runs_skipped(tmp_path, compile_cache):
+def test_failures_are_isolated_and_finished_runs_skipped(tmp_path):
     """A run that raises (missing data file) and runs that diverge (absurd learning rate) are
     recorded as failed; the others finish; a rerun trains nothing again."""
     sweep = ('product({"train.learning_rate": [1e-3, 1e30], "seed": [0, 1]})'
@@ -167,7 +148,7 @@ def test_failures_are_isolated_and_finished_runs_skipped(tmp_path, compile_cache
                       "seed=0,learning_rate=1e+30": "failed",
                       "seed=1,learning_rate=1e+30": "failed",
                       "path=_nonexistent_tokens.bin,task=tokens": "failed"}
-    errors = {r["name"]: r["error"] for r in load_record(tmp_path / "sweep")["runs"]}
+    errors = {r["name"]: r["error"] for r in SweepDir(tmp_path / "sweep").record()["runs"]}
     assert errors["seed=0,learning_rate=1e+30"].startswith("diverged")
     assert "FileNotFoundError" in errors["path=_nonexistent_tokens.bin,task=tokens"]
     assert "Traceback" in (tmp_path / "sweep" / "path=_nonexistent_tokens.bin,task=tokens" /
@@ -207,7 +188,7 @@ class _StopAfter:
         return self.count > self.checks
 
 
-def test_interrupted_sweep_resumes_exactly(tmp_path, compile_cache, monkeypatch):
+def test_interrupted_sweep_resumes_exactly(tmp_path, monkeypatch):
     """A sweep stopped mid-run (SIGTERM) is marked interrupted and stops launching; rerun, it
     resumes that run from its checkpoint, and every run equals an uninterrupted sweep's."""
     path = write_experiment(tmp_path, 'product({"seed": [0, 1]})')
@@ -220,29 +201,24 @@ def test_interrupted_sweep_resumes_exactly(tmp_path, compile_cache, monkeypatch)
     record = run_sweep(path, tmp_path / "resumed", progress=False, log=quiet)
     assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
     for name in ("seed=0", "seed=1"):
-        whole = read_metrics(tmp_path / "whole" / name / "metrics.jsonl")
-        resumed = read_metrics(tmp_path / "resumed" / name / "metrics.jsonl")
-        strip = lambda rs: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rs]
-        assert strip(whole) == strip(resumed)
+        whole = RunDir(tmp_path / "whole" / name).metrics()
+        resumed = RunDir(tmp_path / "resumed" / name).metrics()
+        assert deterministic(whole) == deterministic(resumed)
 
 
-def test_processes_launcher_and_cli(tmp_path):
-    """Two worker processes; then ``sweep-status`` shows every run finished."""
+def test_processes_launcher_and_cli(tmp_path, monkeypatch, capsys):
+    """Two worker processes; then ``sweep-status`` shows every run finished. The commands run
+    in this process (the launcher starts the workers itself); the workers inherit this env."""
     path = write_experiment(tmp_path, '[{"seed": 0}, {"seed": 1}]')
-    env = {"PATH": str(Path(sys.executable).parent), "JAX_PLATFORMS": "cpu",
-           "JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "HOME": str(tmp_path)}
-    cli = [sys.executable, "-m", "attnjax.cli"]
-    done = subprocess.run(cli + ["sweep", str(path), "--workdir", str(tmp_path / "s"),
-                                 "--launcher", "processes", "--jobs", "2", "--no-progress"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert [r["status"] for r in load_record(tmp_path / "s")["runs"]] == ["finished"] * 2
-    status = subprocess.run(cli + ["sweep-status", str(tmp_path / "s")], capture_output=True,
-                            text=True, env=env, cwd=ROOT, timeout=120)
-    assert status.returncode == 0 and status.stdout.count("finished") >= 2
-    bad = subprocess.run(cli + ["sweep", str(path), "--workdir", str(tmp_path / "s"),
-                                "model.attention.num_heads=3"],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    assert "d_model" in bad.stderr
+    for key, value in {"JAX_PLATFORMS": "cpu", "HOME": str(tmp_path), **COMPILE_CACHE_ENV}.items():
+        monkeypatch.setenv(key, value)
+    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
+                             "--launcher", "processes", "--jobs", "2", "--no-progress")
+    assert code == 0, err[-2000:]
+    assert [r["status"] for r in SweepDir(tmp_path / "s").record()["runs"]] == ["finished"] * 2
+    code, out, err = run_cli(capsys, "sweep-status", str(tmp_path / "s"))
+    assert code == 0 and out.count("finished") >= 2
+    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
+                             "model.attention.num_heads=3")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "d_model" in err

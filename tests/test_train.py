@@ -3,11 +3,11 @@ equivalence, SIGKILL/SIGTERM resume, checkpoint corruption, run-directory rules.
 
 import functools
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -19,25 +19,27 @@ import pytest
 
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset
-from attnjax.train import Checkpoints, hyper, read_metrics, train
+from attnjax.rundir import RunDir
+from attnjax.train import Checkpoints, hyper, loop, train
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_train_step
+from helpers import TINY_MQAR, deterministic, run_cli, subprocess_env, tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = {"model.d_model": 32, "model.num_layers": 1, "model.max_length": 32,
-        "model.attention.num_heads": 4, "data.task": "mqar", "data.length": 32,
-        "data.num_pairs": 4, "data.vocab_size": 64, "model.vocab_size": 64,
-        "train.batch_size": 8, "train.steps": 200, "train.warmup_steps": 5, "train.log_every": 5,
-        "train.eval_every": 50, "train.checkpoint_every": 50, "train.eval_batches": 2,
-        "train.eval_batch_size": 8}
+# 200 steps, a checkpoint every 50: long enough to be killed between two checkpoints
+TINY = {**TINY_MQAR, "train.steps": 200, "train.eval_every": 50, "train.checkpoint_every": 50}
 
 
 def tiny(**overrides) -> Config:
-    return apply_overrides(Config(), {**TINY, **overrides})
+    return tiny_config(TINY, **overrides)
 
 
-@functools.lru_cache(maxsize=None)
+def train_batch(config):
+    """The batch of step 0 of seed 0, at the configured size and length."""
+    return Dataset(config.data).batch(0, 0, config.train.batch_size, config.data.length, "train")
+
+
+@functools.cache
 def compiled_step(config):
     return jax.jit(make_train_step(config))
 
@@ -48,7 +50,7 @@ def one_step(config, batch):
 
 def test_gradient_accumulation_equals_one_big_batch():
     config = tiny()
-    batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
+    batch = train_batch(config)
     full_state, full = one_step(config, batch)
     acc_state, acc = one_step(apply_overrides(config, {"train.grad_accum": 4}), batch)
     np.testing.assert_allclose(acc["loss"], full["loss"], rtol=1e-6)
@@ -66,7 +68,7 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 def test_non_finite_update_is_skipped_and_counted():
     config = tiny()
-    batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
+    batch = train_batch(config)
     batch = {**batch, "weights": batch["weights"].at[0, 0].set(jnp.nan)}
     state = init_state(config)
     new_state, metrics = compiled_step(config)(state, batch)
@@ -136,8 +138,8 @@ print("vmap OK")
 
 
 def test_four_devices_mesh_and_pmap_match_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "PYTHONPATH": str(REPO)}
+    env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    # separate process: the 4 host devices must be requested before JAX starts
     result = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT.format(tiny=TINY)], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -155,22 +157,14 @@ def write_experiment(path: Path, **overrides) -> Path:
     return path
 
 
-COMPILE_CACHE = REPO / ".pytest_cache" / "jax-compilation-cache"
-
-
 def cli(*args, **kwargs) -> subprocess.Popen:
-    """``attnjax ARGS`` in a subprocess. The runs share JAX's persistent compilation cache, so
-    only the first one compiles (a resumed run then loads the very same executables)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO),
-           "JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=env, text=True,
+    """``attnjax ARGS`` in a subprocess, for the runs that are killed (SIGKILL, SIGTERM) and
+    the reference they are compared with bit for bit. The runs share JAX's persistent
+    compilation cache, so only the first one compiles (a resumed run then loads the very same
+    executables). Everything else calls ``run_cli`` in this process."""
+    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=subprocess_env(),
+                            text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
-
-
-def deterministic(records):
-    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
 
 
 def final_params(workdir: Path, config: Config):
@@ -183,7 +177,7 @@ def final_params(workdir: Path, config: Config):
 def wait_for_step(workdir: Path, step: int, process: subprocess.Popen, timeout=300):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        records = read_metrics(workdir / "metrics.jsonl")
+        records = RunDir(workdir).metrics()
         if records and records[-1]["step"] >= step:
             return
         assert process.poll() is None, process.communicate()[1][-2000:]
@@ -195,6 +189,7 @@ def wait_for_step(workdir: Path, step: int, process: subprocess.Popen, timeout=3
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
     experiment = write_experiment(root / "exp.py")
+    # separate process: the reference is trained exactly like the killed-and-resumed runs
     process = cli("train", str(experiment), "--workdir", str(root / "run"), "--no-progress")
     out, err = process.communicate(timeout=600)
     assert process.returncode == 0, err[-2000:]
@@ -214,8 +209,8 @@ def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path):
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-2000:]
     config = tiny()
-    assert deterministic(read_metrics(workdir / "metrics.jsonl")) == deterministic(
-        read_metrics(reference / "metrics.jsonl"))
+    assert deterministic(RunDir(workdir).metrics()) == deterministic(
+        RunDir(reference).metrics())
     params, step = final_params(workdir, config)
     expected, expected_step = final_params(reference, config)
     assert step == expected_step == 200
@@ -271,7 +266,7 @@ def test_rerun_of_a_finished_run_returns_its_summary(uninterrupted):
 
 def test_another_config_in_the_same_workdir_is_refused(uninterrupted):
     _, reference = uninterrupted
-    with pytest.raises(ValueError, match=r"model.d_model: 32 -> 64"):
+    with pytest.raises(ValueError, match=r"model.d_model: 16 -> 64"):
         train(tiny(**{"model.d_model": 64}), reference, progress=False)
 
 
@@ -281,41 +276,55 @@ def test_another_config_in_the_same_workdir_is_refused(uninterrupted):
     (["data.task=text", "data.path=/no/such/file.txt", "model.vocab_size=256",
       "data.vocab_size=256"], "data.path"),
 ])
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path, extra, message):
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, extra, message, capsys):
     experiment = write_experiment(tmp_path / "exp.py")
     workdir = tmp_path / "run"
-    process = cli("train", str(experiment), *extra, "--workdir", str(workdir))
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 2
+    code, out, err = run_cli(capsys, "train", str(experiment), *extra, "--workdir", str(workdir))
+    assert code == 2
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not workdir.exists()
 
 
-def test_unwritable_workdir_is_one_line(tmp_path):
+def test_unwritable_workdir_is_one_line(tmp_path, capsys):
     experiment = write_experiment(tmp_path / "exp.py")
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    process = cli("train", str(experiment), "--workdir", str(blocker / "run"))
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 2 and "not writable" in err
+    code, out, err = run_cli(capsys, "train", str(experiment), "--workdir", str(blocker / "run"))
+    assert code == 2 and "not writable" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_eval_and_generate_commands(uninterrupted):
+def test_a_run_that_raises_closes_its_tensorboard_writer(tmp_path, monkeypatch):
+    """train() failing mid-run leaves no TensorBoard writer thread behind (one would print a
+    traceback at exit); the progress bar and checkpoint managers close on the same way out."""
+    open_writers = []
+
+    def fail(*args):
+        open_writers.extend(t for t in threading.enumerate()
+                            if type(t).__module__.startswith("tensorboardX"))
+        raise RuntimeError("failed mid-run")
+
+    monkeypatch.setattr(loop, "_diagnose", fail)    # the first log, after the writers opened
+    with pytest.raises(RuntimeError, match="failed mid-run"):
+        train(tiny(), tmp_path / "run", progress=False)
+    assert open_writers                             # the writer was running when it failed
+    assert not [t for t in open_writers if t.is_alive()]
+
+
+def test_eval_and_generate_commands(uninterrupted, capsys):
     _, reference = uninterrupted
-    process = cli("eval", str(reference), "--lengths", "32", "64")
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err[-2000:]
+    code, out, err = run_cli(capsys, "eval", str(reference), "--lengths", "32", "64")
+    assert code == 0, err[-2000:]
     results = json.loads((reference / "eval.json").read_text())["results"]
     assert set(results) == {"32", "64"} and all(np.isfinite(r["loss"]) for r in results.values())
-    process = cli("generate", str(reference), "--prompt", "hi")
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 2 and "data.task='text'" in err
+    code, out, err = run_cli(capsys, "generate", str(reference), "--prompt", "hi")
+    assert code == 2 and "data.task='text'" in err
 
 
 def test_max_causal_logit_ignores_future_pairs():
-    from attnjax.nn.attention import max_causal_logit
+    from attnjax.ops.stats import causal_max_logit
+    max_causal_logit = lambda q, k, scale: causal_max_logit(q, k, scale).max()
     q = jnp.zeros((1, 3, 2, 4)).at[0, 0, :, 0].set(1.0).at[0, 2, :, 0].set(2.0)
     k = jnp.zeros((1, 3, 1, 4)).at[0, 2, 0, 0].set(10.0).at[0, 1, 0, 0].set(3.0)
     # causal pairs: (0,0)=0, (1,*)=0, (2,0)=0, (2,1)=2*3, (2,2)=2*10 -> 20 * scale
@@ -326,7 +335,7 @@ def test_max_causal_logit_ignores_future_pairs():
 
 def test_metrics_log_has_the_promised_fields(uninterrupted):
     _, reference = uninterrupted
-    records = read_metrics(reference / "metrics.jsonl")
+    records = RunDir(reference).metrics()
     fields = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "max_attn_logit", "skipped",
               "val_loss", "val_accuracy"}
     assert fields <= set().union(*records)
@@ -356,7 +365,7 @@ def test_greedy_sampling_with_the_cache_equals_full_forward_argmax():
 
 def test_bfloat16_compute_keeps_float32_parameters():
     config = tiny(**{"model.dtype": "bfloat16"})
-    batch = Dataset(config.data).batch(0, 0, 8, 32, "train")
+    batch = train_batch(config)
     state, metrics = one_step(config, batch)
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(state.params))
     assert np.isfinite(metrics["loss"]) and int(state.skipped) == 0

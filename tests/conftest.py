@@ -1,0 +1,52 @@
+"""Fixtures shared by the test files; plain shared constants and helpers (the repository root,
+the tiny configs) are in ``helpers.py``.
+
+- ``compile_cache`` (session, automatic): the one persistent JAX compilation cache of the
+  session, ``helpers.COMPILE_CACHE``, on for the test process and, through the environment,
+  for every process a test starts. Under ``pytest -n 2`` both workers share the directory
+  (JAX writes each entry once, under its key; a half-written one that the other worker reads
+  is reported as a warning and compiled instead, never used).
+- ``assert_png``: see ``check_png``.
+"""
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from helpers import COMPILE_CACHE, COMPILE_CACHE_ENV
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache():
+    """The session's compilation cache directory; every program is cached however fast it
+    compiled (the JAX default caches only those over a second)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in COMPILE_CACHE_ENV.items():
+            patch.setenv(key, value)        # processes started by tests (workers, CLI runs)
+        jax.config.update("jax_compilation_cache_dir", str(COMPILE_CACHE))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        yield COMPILE_CACHE
+
+
+def check_png(path, size=None, min_side=300):
+    """Assert that ``path`` is a PNG that decodes and is not blank (more than a handful of
+    distinct colours), of pixel ``size`` ``(width, height)`` when given, else at least
+    ``min_side`` pixels wide and high (figures saved with ``bbox_inches="tight"``, whose size
+    follows the data)."""
+    with Image.open(path) as image:
+        assert image.format == "PNG", f"{path} is {image.format}, not a PNG"
+        pixels = np.asarray(image.convert("RGB"))
+    width, height = pixels.shape[1], pixels.shape[0]
+    if size is None:
+        assert min(width, height) >= min_side, (path, (width, height))
+    else:
+        assert (width, height) == tuple(size), (path, (width, height))
+    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    assert colours > 16, f"{path} looks blank: {colours} distinct colour(s)"
+
+
+@pytest.fixture
+def assert_png():
+    """``assert_png(path, size=None, min_side=300)``: see :func:`check_png`."""
+    return check_png

@@ -1,0 +1,91 @@
+"""Plain constants and helpers shared by the test files (fixtures live in ``conftest.py``).
+
+Imported as ``from helpers import ...``: ``tests/`` is on ``sys.path`` through ``pythonpath``
+in ``[tool.pytest.ini_options]`` of pyproject.toml.
+
+- ``REPO``: the repository root.
+- ``COMPILE_CACHE``: the one persistent JAX compilation cache of a test session. ``conftest.py``
+  turns it on for the test processes; ``subprocess_env()`` hands it to the processes tests
+  start, so a program compiled once is loaded everywhere else.
+- ``run_cli(capsys, *args)``: the command line in this process; ``deterministic(records)``:
+  metrics records without their timings, for comparing two runs.
+- The tiny configs, as dotted-override dicts (they also go verbatim into the experiment files
+  and scripts that subprocess tests write): ``TINY_MODEL`` and ``TINY_SCHEDULE`` are the parts;
+  ``TINY_TEXT``, ``TINY_INDUCTION`` and ``TINY_MQAR`` the whole configs per task. A file that
+  needs another shape derives it from one of these with a visible override,
+  ``tiny_config(TINY_MQAR, **{"train.steps": 200})``, never a copy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnjax.config import Config, apply_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Under the repository's (git-ignored) .pytest_cache: empty on a clean clone, reused by later
+# sessions. Entries are keyed by the program, jax/jaxlib version, backend and flags, so a
+# stale one is never loaded in place of another; ``rm -rf .pytest_cache`` empties it.
+# A directory set through JAX_COMPILATION_CACHE_DIR (e.g. a CI cache) is used instead.
+COMPILE_CACHE = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR")
+                     or REPO / ".pytest_cache" / "jax-compile")
+
+# Every program is cached, however fast it compiled: a test session compiles thousands of small
+# ones, and the subprocess tests (resume after SIGKILL, worker processes) recompile everything
+# the process before them already compiled.
+COMPILE_CACHE_ENV = {"JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
+                     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def subprocess_env(**extra: str) -> dict:
+    """The environment for a Python subprocess of a test: this one's, attnjax importable from
+    the checkout, the session's compilation cache, and ``extra``."""
+    return {**os.environ, "PYTHONPATH": str(REPO), **COMPILE_CACHE_ENV, **extra}
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """``attnjax ARGS`` in this process: (exit status, stdout, stderr). ``main`` returns the
+    status; argparse (errors, --help, --version) raises SystemExit instead."""
+    from attnjax import cli
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def deterministic(records: list[dict]) -> list[dict]:
+    """Metrics records without ``tokens_per_s`` (wall-clock), the part two runs can share."""
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
+
+
+# ---------------------------------------------------------------- tiny configs
+
+# 2 heads of width 8, one layer.
+TINY_MODEL = {"model.d_model": 16, "model.num_layers": 1, "model.max_length": 16,
+              "model.attention.num_heads": 2}
+
+# 20 steps: a log every 5, evaluation and a checkpoint at 10 and 20 (a resume has one to start
+# from), one small evaluation batch.
+TINY_SCHEDULE = {"train.batch_size": 4, "train.steps": 20, "train.warmup_steps": 2,
+                 "train.log_every": 5, "train.eval_every": 10, "train.checkpoint_every": 10,
+                 "train.eval_batches": 1, "train.eval_batch_size": 4}
+
+# Byte-level text; set data.path to a corpus file (None: the built-in corpus).
+TINY_TEXT = {**TINY_MODEL, **TINY_SCHEDULE, "data.task": "text", "data.length": 12}
+
+TINY_INDUCTION = {**TINY_MODEL, **TINY_SCHEDULE, "data.task": "induction", "data.length": 16,
+                  "data.vocab_size": 16, "model.vocab_size": 16}
+
+# MQAR's 8 key-value pairs and their 8 queries need 24 tokens or more: length 32.
+TINY_MQAR = {**TINY_MODEL, **TINY_SCHEDULE, "data.task": "mqar", "data.length": 32,
+             "model.max_length": 32, "data.vocab_size": 64, "model.vocab_size": 64}
+
+
+def tiny_config(base: dict, **overrides) -> Config:
+    """The validated ``Config`` of ``base`` (one of the dicts above) with dotted ``overrides``:
+    ``tiny_config(TINY_TEXT, **{"data.path": str(corpus)})``."""
+    return apply_overrides(Config(), {**base, **overrides})
