@@ -22,12 +22,13 @@ def _info(args) -> int:
           f"{jax.device_count()} device(s)\n")
     print("Attention kernels (attention.kernel):")
     for name, spec in KERNELS.items():
-        kind = "softmax, parity-checked" if spec.exact else "different function"
-        print(f"  {name:<10} {kind:<24} supports: {', '.join(sorted(spec.supports))}")
+        kind = ("softmax, parity-checked" if spec.exact else
+                "different function" if spec.safe else "unsafe on purpose")
+        print(f"  {name:<11} {kind:<24} supports: {', '.join(sorted(spec.supports))}")
     print("\nPosition encodings (position.kind):")
     for name, entry in POSITIONS.items():
         acts = [hook for hook in ("embed", "rotate", "bias") if getattr(entry, hook)] or ["-"]
-        print(f"  {name:<10} acts at: {', '.join(acts)}")
+        print(f"  {name:<11} acts at: {', '.join(acts)}")
     print("\nParity vs a float64 NumPy oracle (outputs and d/dq,k,v; max abs / max rel):")
     header = (f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} "
               f"{'grad abs':>9} {'grad rel':>9}")

@@ -24,13 +24,16 @@ import types
 import typing
 from typing import Any, Literal
 
+from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
 from attnjax.ops.positions import ROPE_SCHEDULES
 from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS, TASKS, Registry
 
 
-def _number(default, *, ge=None, gt=None, le=None, lt=None):
-    """A numeric field and its valid range (``None`` values are not range-checked)."""
-    return dataclasses.field(default=default, metadata={"range": (ge, gt, le, lt)})
+def _number(default, *, ge=None, gt=None, le=None, lt=None, infinite: bool = False):
+    """A numeric field and its valid range (``None`` values are not range-checked); a float
+    field must be finite unless ``infinite``."""
+    return dataclasses.field(default=default, metadata={"range": (ge, gt, le, lt),
+                                                        "infinite": infinite})
 
 
 def _choice(default: str, registry: Registry):
@@ -81,9 +84,13 @@ def _check_value(path: str, hint, value):
         return float(value)
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise ValueError(f"{path} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
-    if hint is float and not math.isfinite(value):
-        raise ValueError(f"{path} must be finite, got {value!r}")
     return value
+
+
+def _check_finite(path: str, value):
+    for v in value if isinstance(value, tuple) else (value,):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{path} must be finite, got {v!r}")
 
 
 def _check_range(path: str, value, bounds):
@@ -115,6 +122,8 @@ class _Validated:
         for field in dataclasses.fields(self):
             path = _join(self.PATH, field.name)
             value = _check_value(path, hints[field.name], getattr(self, field.name))
+            if not field.metadata.get("infinite"):
+                _check_finite(path, value)
             if "range" in field.metadata:
                 _check_range(path, value, field.metadata["range"])
             if "registry" in field.metadata:
@@ -167,6 +176,12 @@ class AttentionConfig(_Validated):
     dropout: str = _choice("none", DROPOUTS)
     dropout_rate: float = _number(0.0, ge=0, lt=1)
     window: int | None = _number(None, ge=1)        # each query sees its last `window` keys
+    # settings of kernel='masked_fill' (PyTorch-style masking; see attnjax.ops.masked_fill)
+    mask_fill: float | None = _number(None, le=0, infinite=True)   # None: finfo.min; -inf ok
+    mask_mode: Literal[MASK_MODES] = "select"       # where(mask, s, fill) or s + (1-mask) fill
+    logits_dtype: Literal[LOGITS_DTYPES] = "float32"  # "input": float16 logits may overflow
+    mask_after_softmax: bool = False                # softmax over all keys, then times the mask
+    causal_offset: int = 0                          # key j visible iff j <= i + causal_offset
     knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
 
     def _validate(self):

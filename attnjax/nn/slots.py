@@ -147,11 +147,11 @@ def kernel_request(model, *, decode: bool = False,
             position.decode_check(model)
     kernel, spec = att.kernel, KERNELS.get(att.kernel, "model.attention.kernel")
     if return_weights:
-        if not spec.exact:
-            raise ValueError(f"model.attention.kernel={kernel!r} cannot return attention "
-                             "weights (it is not softmax attention)")
         asks.add("return_weights")
         if "return_weights" not in spec.supports:
+            if not spec.exact:
+                raise ValueError(f"model.attention.kernel={kernel!r} cannot return attention "
+                                 "weights (it is not softmax attention)")
             kernel = "reference"
     use = "decoding with the KV cache: " if decode else ""
     check_kernel_supports(kernel, frozenset(asks), field=f"{use}model.attention.kernel")

@@ -56,7 +56,10 @@ class KernelSpec(NamedTuple):
     ``settings``: the ``model.attention`` fields it reads, passed as keyword arguments when
     set (e.g. ``block_q``); a model with another kernel may not set them. ``backends``: the JAX
     backends it runs on (``None``: all). ``test_options``: settings that exercise it on tiny
-    inputs (e.g. several blocks at length 9), used by the parity table.
+    inputs (e.g. several blocks at length 9), used by the parity table. ``safe``: it keeps the
+    numerical contract of the module docstring (rows that see no key give zeros, logits in
+    float32 or wider, masks selected with a finite fill); the contract tests check every such
+    kernel.
     """
     fn: Callable
     supports: frozenset
@@ -65,6 +68,7 @@ class KernelSpec(NamedTuple):
     settings: tuple[str, ...] = ()
     backends: frozenset | None = None
     test_options: tuple[tuple[str, int], ...] = ()
+    safe: bool = True
 
     def available(self) -> bool:
         """Whether it runs on this process's default JAX backend."""
