@@ -232,6 +232,8 @@ class ModelConfig(_Validated):
     norm_position: Literal["pre", "post"] = "pre"
     residual_dropout: float = _number(0.0, ge=0, lt=1)
     tie_embeddings: bool = True
+    embed_init_std: float = _number(0.02, gt=0)     # token embeddings ~ N(0, std^2)
+    embed_scale: float | None = _number(None, gt=0)  # tokens x this; None: the encoding's default
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
     attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)

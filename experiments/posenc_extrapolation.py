@@ -15,14 +15,16 @@ Runtime on 2 shared CPU cores: 4 min 8 s for the whole sweep with its evaluation
 Expected (Press et al., ALiBi, Table 2, REFERENCES.md): sinusoidal fails almost at once past L,
 rotary degrades after ~1.5-2x L, ALiBi stays flat or improves; T5 bias also extrapolates.
 
-Measured (2026-11-29, the extrapolation table of `attnjax report runs/posenc`: validation
+Measured (2026-11-29; the sinusoidal row 2026-12-01, after token embeddings were scaled by
+sqrt(d_model) under sinusoidal positions, as Vaswani et al. do; the other rows do not change
+with it. The extrapolation table of `attnjax report runs/posenc`: validation
 loss in nats/byte at each evaluation length, one row per ``kind``; the rows `kind=rope +
 rope+pi`, `+ rope+ntk` and `+ rope+yarn` are the evaluation variants, shown under rope here;
 a longer window also averages its early, short-context positions, so a flat curve is the best
 an encoding can do):
 
     kind                32 (L)    64     128    256    512
-    sinusoidal          2.439   3.126  4.087  4.282  4.416
+    sinusoidal          2.002   2.537  2.823  3.015  2.991
     learned (interp.)   2.010   2.112  2.381  2.579  2.743
     rope                1.852   2.074  2.601  2.993  3.243
       + PI (linear)     1.852   2.275  2.810  3.049  3.214
@@ -32,8 +34,9 @@ an encoding can do):
     t5                  2.020   2.123  2.366  2.526  2.582
     none (NoPE)         2.162   2.273  2.471  2.544  2.544
 
-The shape of Table 2 reproduces: sinusoidal is +0.69 nats at 2L and from 4L on worse than a
-unigram model of the corpus (3.15 nats); RoPE is best at L but +0.22 at 2L and +1.39 at 16L;
+The shape of Table 2 reproduces: sinusoidal is as good as the learned table at L (2.00 vs
+2.01) but the worst encoding from 2L on (+0.53 at 2L, +0.99 at 16L); RoPE is best at L but
++0.22 at 2L and +1.39 at 16L;
 ALiBi is within +0.02 at 2L and stays within 0.17 of its L value out to 16L (lower at 512
 than at 256). T5 bias degrades gently (+0.56 at 16L), unlike the paper's flat T5 curve: its
 32 buckets reach max_distance 128 but only distances < 32 were ever trained. Applied at
@@ -42,11 +45,14 @@ PI (positions squeezed by s) is worse than plain RoPE up to 8L.
 At L = 32 YaRN's 32-rotation cutoff does not exist (REFERENCES.md): of the 8 rotary pairs
 only pair 0 keeps its frequency, pair 1 is half interpolated and the rest are interpolated as
 in PI, plus the temperature term; it still gives the best RoPE numbers from 4L on.
-What differs from the paper: at L the encodings are not equal (RoPE 1.85, ALiBi 2.05,
-sinusoidal 2.44) because 800 steps is far from convergence; sinusoidal is even worse than no
-position encoding at L. A likely cause: token embeddings start at std 0.02 (row norm ~0.16)
-while the added sinusoid has norm sqrt(32) = 5.7, so after the pre-norm the token identity is a
-few percent of the signal early in training (Vaswani et al. scale embeddings by sqrt(d_model)).
+What differs from the paper: at L the encodings are not equal (RoPE 1.85, sinusoidal 2.00,
+ALiBi 2.05) because 800 steps is far from convergence. Before tokens were scaled, sinusoidal
+was a strawman: 2.439 at L, worse than no position encoding, and above a unigram model (3.15)
+from 4L on. Token embeddings start at std 0.02 (row norm ~0.16) while the added sinusoid has
+norm sqrt(32) = 5.7, so after the pre-norm the token identity was a few percent of the signal;
+times sqrt(64) = 8 it is comparable (``model.embed_scale`` sets the factor explicitly).
+Reproduce the row: ``attnjax train experiments/posenc_extrapolation.py
+model.position.kind=sinusoidal --workdir runs/sinusoidal`` (40 s).
 """
 
 from attnjax.config import Config

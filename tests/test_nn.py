@@ -624,8 +624,12 @@ def test_sinusoidal_added_at_embedding():
     params = init_params(config, tokens)
     x = first_layer_input(config, params, tokens)
     pe = P.sinusoidal_embedding(jnp.arange(T)[None], D)
-    expected = params["embed"]["embedding"][tokens] + pe
+    # tokens scaled by sqrt(d_model) by default, as Vaswani et al. do; embed_scale overrides
+    expected = params["embed"]["embedding"][tokens] * np.sqrt(D) + pe
     chex.assert_trees_all_close(x, expected, **TOL)
+    unscaled = tiny("sinusoidal", model={"embed_scale": 1.0})
+    chex.assert_trees_all_close(first_layer_input(unscaled, params, tokens),
+                                params["embed"]["embedding"][tokens] + pe, **TOL)
     # The hook itself, against the closed form PE[p, 2i] = sin(p / 1e4^(2i/D)), 2i+1: cos.
     hook = POSITIONS.get("sinusoidal").embed(None, jnp.arange(T)[None], config)
     chex.assert_trees_all_equal(hook, pe)
@@ -642,6 +646,16 @@ def test_learned_added_at_embedding():
     x = first_layer_input(config, params, tokens)
     expected = params["embed"]["embedding"][tokens] + params["position_embedding"][:T_FULL][None]
     chex.assert_trees_all_close(x, expected, **TOL)
+
+
+def test_embedding_scale_and_init_std():
+    tokens = tokens_of(T_FULL)
+    config = tiny("rope", model={"embed_scale": 3.0, "embed_init_std": 0.5})
+    params = init_params(config, tokens)
+    table = np.asarray(params["embed"]["embedding"])
+    assert abs(table.std() - 0.5) < 0.05                      # VOCAB x D = 2048 draws
+    chex.assert_trees_all_close(first_layer_input(config, params, tokens),
+                                3.0 * params["embed"]["embedding"][tokens], **TOL)
 
 
 @pytest.mark.parametrize("kind", [k for k in POSITION_NAMES if POSITIONS.get(k).embed is None])

@@ -11,6 +11,7 @@ encoding = one ops function, one ``POSITIONS.register`` call here, and its confi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -36,6 +37,8 @@ class PositionEncoding(NamedTuple):
     decode_check(config) -> None: the same for decoding with a KV cache.
     similarity(config, params, p) -> [layers, heads]: how alike the encoding makes positions
       0 and p < max_length (see ``attnjax.analysis.diagnostics``); ``None``: NaN.
+    token_scale(config) -> float: the default factor on the token embeddings when it is used
+      (``model.embed_scale`` overrides it); ``None``: 1.
     reads: the ``model.position`` fields only this encoding reads (refused for others).
     tables: names of the parameters it owns that are lookup tables, not matmuls.
     """
@@ -45,6 +48,7 @@ class PositionEncoding(NamedTuple):
     check: Callable | None = None
     decode_check: Callable | None = None
     similarity: Callable | None = None
+    token_scale: Callable | None = None
     reads: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
 
@@ -192,7 +196,8 @@ ROPE_FIELDS = ("rope_base", "rope_fraction", "rope_scaling", "rope_scale", "trai
 
 POSITIONS.register("none", PositionEncoding())
 POSITIONS.register("sinusoidal", PositionEncoding(
-    embed=_sinusoidal_embed, check=_check_sinusoidal, similarity=_sinusoidal_similarity))
+    embed=_sinusoidal_embed, check=_check_sinusoidal, similarity=_sinusoidal_similarity,
+    token_scale=lambda config: math.sqrt(config.d_model)))
 POSITIONS.register("learned", PositionEncoding(
     embed=_learned_embed, check=_check_learned, similarity=_learned_similarity,
     reads=("learned_interpolate",), tables=("position_embedding",)))

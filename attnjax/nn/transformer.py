@@ -45,6 +45,16 @@ def sown_by_layer(intermediates: dict, num_layers: int) -> list[dict]:
             for i in range(num_layers)]
 
 
+def token_scale(config: ModelConfig) -> float:
+    """The factor on the token embeddings: ``model.embed_scale``, or by default the position
+    encoding's (sinusoidal: ``sqrt(d_model)``, as Vaswani et al. 2017 do, so tokens are not
+    swamped by a sinusoid of norm ``sqrt(d_model / 2)``; the others: 1)."""
+    if config.embed_scale is not None:
+        return config.embed_scale
+    default = POSITIONS.get(config.position.kind).token_scale
+    return 1.0 if default is None else default(config)
+
+
 class FeedForward(nn.Module):
     """GELU MLP ``W2 gelu(W1 x)`` (hidden = ratio * d) or SwiGLU ``W2 (silu(W1 x) * W3 x)``
     (hidden = 2/3 * ratio * d rounded up to a multiple of 8, so the parameter count matches)."""
@@ -117,10 +127,11 @@ class DecoderLM(nn.Module):
                     offset = counter.value
                     counter.value = offset + tokens.shape[1]
             positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
-        embed = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(0.02),
+        embed = nn.Embed(cfg.vocab_size, cfg.d_model,
+                         embedding_init=nn.initializers.normal(cfg.embed_init_std),
                          name=VOCAB_PARAMS[0])
-        x = embed(tokens).astype(dtype)
         position = POSITIONS.get(cfg.position.kind)
+        x = embed(tokens).astype(dtype) * token_scale(cfg)
         if position.embed is not None:
             x = x + position.embed(self, positions, cfg).astype(dtype)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
