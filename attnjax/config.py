@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
 from attnjax.ops.positions import ROPE_SCHEDULES
-from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS, TASKS, Registry
+from attnjax.registry import (DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS,
+                              TASKS, Registry)
 
 
 def _number(default, *, ge=None, gt=None, le=None, lt=None, infinite: bool = False):
@@ -183,11 +184,28 @@ class AttentionConfig(_Validated):
     mask_after_softmax: bool = False                # softmax over all keys, then times the mask
     causal_offset: int = 0                          # key j visible iff j <= i + causal_offset
     knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
+    # initialisation of each projection (INITS: default, zeros, normal, xavier_uniform); the
+    # scale is normal's std or xavier_uniform's gain
+    q_init: str = _choice("default", INITS)
+    k_init: str = _choice("default", INITS)
+    v_init: str = _choice("default", INITS)
+    o_init: str = _choice("default", INITS)
+    q_init_scale: float = _number(1.0, gt=0)
+    k_init_scale: float = _number(1.0, gt=0)
+    v_init_scale: float = _number(1.0, gt=0)
+    o_init_scale: float = _number(1.0, gt=0)
 
     def _validate(self):
         if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
             self._fail("num_kv_heads", f"={self.num_kv_heads} must divide "
                        f"num_heads={self.num_heads}")
+        from attnjax.nn.slots import SCALED_INITS
+        for name in "qkvo":
+            scheme, scale = getattr(self, f"{name}_init"), getattr(self, f"{name}_init_scale")
+            if scheme not in SCALED_INITS and scale != 1.0:
+                self._fail(f"{name}_init_scale", f"={scale} means nothing with {name}_init="
+                           f"{scheme!r}; it is read by {name}_init="
+                           f"{' or '.join(map(repr, SCALED_INITS))}")
         if self.dropout != "none" and self.dropout_rate == 0.0:
             self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
                        "dropout='none'")
@@ -211,6 +229,7 @@ class PositionConfig(_Validated):
     t5_num_buckets: int = _number(32, ge=2)
     t5_max_distance: int = _number(128, ge=2)
     learned_interpolate: bool = False                # learned table stretched to longer inputs
+    added_scale: float = _number(1.0, gt=0)          # x the added absolute embedding (embed hook)
 
     def _validate(self):
         if self.kind == "t5" and self.t5_max_distance <= self.t5_num_buckets // 2:

@@ -646,6 +646,13 @@ def test_learned_added_at_embedding():
     x = first_layer_input(config, params, tokens)
     expected = params["embed"]["embedding"][tokens] + params["position_embedding"][:T_FULL][None]
     chex.assert_trees_all_close(x, expected, **TOL)
+    halved = tiny("learned", position={"added_scale": 0.5})
+    expected = (params["embed"]["embedding"][tokens]
+                + 0.5 * params["position_embedding"][:T_FULL][None])
+    chex.assert_trees_all_close(first_layer_input(halved, params, tokens), expected, **TOL)
+    with pytest.raises(ValueError, match=r"^model\.position\.added_scale=0\.5 means nothing "
+                                         r"with kind='rope'"):
+        tiny("rope", position={"added_scale": 0.5})
 
 
 def test_embedding_scale_and_init_std():
@@ -747,3 +754,32 @@ def test_dynamic_ntk_and_linear_attention_refuse_the_cache_before_tracing():
     with pytest.raises(ValueError, match=r"^decoding with the KV cache: model\.attention\."
                                          r"kernel='linear' does not support"):
         kernel_request(linear, decode=True)                 # ... but cannot decode
+
+
+# ------------------------------------------------------------ initialisation per projection
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused_qkv", "separate"])
+def test_zero_initialised_queries_and_keys_attend_exactly_uniformly(fused):
+    config = tiny("none", fused_qkv=fused, q_init="zeros", k_init="zeros")
+    tokens = tokens_of(T_FULL)
+    params = init_params(config, tokens)
+    _, aux = DecoderLM(config).apply({"params": params}, tokens, return_weights=True)
+    causal = np.tril(np.ones((T_FULL, T_FULL), np.float32))
+    uniform = causal / causal.sum(-1, keepdims=True)          # 1 / (i + 1), rounded to float32
+    for weights in aux["attn_weights"]:
+        np.testing.assert_array_equal(np.asarray(weights), np.broadcast_to(uniform, weights.shape))
+
+
+def test_each_projection_draws_with_its_own_scheme_and_scale():
+    config = tiny("rope", q_init="normal", q_init_scale=0.5, v_init="xavier_uniform",
+                  v_init_scale=2.0, o_init="zeros")
+    params = init_params(config, tokens_of(T_FULL))
+    attention = params["block_0"]["attention"]
+    qkv = np.asarray(attention["qkv"]["kernel"])             # [D, N + 2K, H]
+    q, k, v = qkv[:, :HEADS], qkv[:, HEADS:2 * HEADS], qkv[:, 2 * HEADS:]
+    assert abs(q.std() - 0.5) < 0.05
+    assert abs(k.std() - 1 / np.sqrt(D)) < 0.02              # default: lecun normal, fan_in D
+    xavier = 2.0 * np.sqrt(2.0 / (D + HEADS * HEAD_DIM))      # gain * sqrt(2 / (in + out))
+    assert abs(v.std() - xavier) < 0.1 * xavier
+    assert np.abs(v).max() <= xavier * np.sqrt(3) + 1e-6      # uniform on [-a, a], a = std sqrt 3
+    np.testing.assert_array_equal(np.asarray(attention["out"]["kernel"]), 0.0)

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
-from attnjax.nn.slots import kernel_request, kernel_settings, probability_dropout, score_arguments
+from attnjax.nn.slots import (kernel_request, kernel_settings, probability_dropout,
+                              projection_init, score_arguments)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
 from attnjax.ops.stats import causal_max_logit
@@ -93,7 +94,8 @@ class MultiHeadAttention(nn.Module):
         if head_gates is not None:
             out = out * jnp.asarray(head_gates)[:, None].astype(out.dtype)
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
-                              dtype=jnp.dtype(cfg.dtype), name="out")(out)
+                              dtype=jnp.dtype(cfg.dtype), name="out",
+                              kernel_init=projection_init(att, [("o", cfg.d_model)]))(out)
         if DROPOUTS.get(att.dropout).on_output:
             out = Dropout(att.dropout_rate)(out, deterministic=deterministic)
         return out, weights
@@ -102,11 +104,15 @@ class MultiHeadAttention(nn.Module):
         """Slot 1: queries ``[B, T, N, H]``, keys and values ``[B, T, K, H]``."""
         cfg, att = self.config, self.config.attention
         N, K, H = att.num_heads, att.kv_heads, cfg.head_dim
-        dense = lambda features, name: nn.DenseGeneral(features, use_bias=att.use_bias,
-                                                       dtype=jnp.dtype(cfg.dtype), name=name)
+        dense = lambda features, name, parts: nn.DenseGeneral(
+            features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype), name=name,
+            kernel_init=projection_init(att, parts))
         if att.fused_qkv:
-            return jnp.split(dense((N + 2 * K, H), "qkv")(x), [N, N + K], axis=2)
-        return dense((N, H), "query")(x), dense((K, H), "key")(x), dense((K, H), "value")(x)
+            qkv = dense((N + 2 * K, H), "qkv", [("q", N * H), ("k", K * H), ("v", K * H)])(x)
+            return jnp.split(qkv, [N, N + K], axis=2)
+        return (dense((N, H), "query", [("q", N * H)])(x),
+                dense((K, H), "key", [("k", K * H)])(x),
+                dense((K, H), "value", [("v", K * H)])(x))
 
     def _sow_diagnostics(self, q, k, scale, with_qk: bool):
         """What diagnostics read: the largest causal logit per head, and with ``with_qk`` the

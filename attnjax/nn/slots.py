@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.ops.attention import check_kernel_supports, requested_options
-from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
+from attnjax.registry import DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
 
@@ -113,6 +113,36 @@ DROPOUTS.register("none", DropoutPlacement(reads=()))
 DROPOUTS.register("probs_shared", DropoutPlacement(on_probs=True, shared_across_heads=True))
 DROPOUTS.register("probs_per_head", DropoutPlacement(on_probs=True))
 DROPOUTS.register("output", DropoutPlacement(on_output=True))
+
+# Initializers of the projections: ``make(scale)`` -> a flax initializer of a 2-D kernel
+# ``[fan_in, fan_out]``; scale is the std of ``normal`` and the gain of ``xavier_uniform``
+# (Var = gain^2 * 2 / (fan_in + fan_out), as torch.nn.init.xavier_uniform_).
+INITS.register("default", lambda scale: nn.initializers.lecun_normal())
+INITS.register("zeros", lambda scale: nn.initializers.zeros)
+INITS.register("normal", lambda scale: nn.initializers.normal(stddev=scale))
+INITS.register("xavier_uniform",
+               lambda scale: nn.initializers.variance_scaling(scale**2, "fan_avg", "uniform"))
+SCALED_INITS = ("normal", "xavier_uniform")     # the ones that read their *_init_scale
+
+
+def projection_init(att, parts: list[tuple[str, int]]):
+    """The kernel initializer of a projection whose output columns are ``parts`` (``(name,
+    width)`` for name in q, k, v, o, in column order): each part drawn with its own
+    ``<name>_init`` at ``<name>_init_scale`` as if it were a projection of its own; flax's
+    default (lecun normal over the whole kernel) when every part is ``default``."""
+    schemes = [(getattr(att, f"{name}_init"), getattr(att, f"{name}_init_scale"))
+               for name, _ in parts]
+    if all(scheme == "default" for scheme, _ in schemes):
+        return nn.initializers.lecun_normal()
+    inits = [INITS.get(scheme)(scale) for scheme, scale in schemes]
+    widths = [width for _, width in parts]
+
+    def init(key, shape, dtype=jnp.float32):
+        keys = jax.random.split(key, len(inits))
+        return jnp.concatenate([fn(k, (shape[0], w), dtype)
+                                for fn, k, w in zip(inits, keys, widths)], axis=1)
+    return init
+
 
 # the options a KV-cache step asks of the kernel: queries placed after the cached keys
 DECODE_OPTIONS = frozenset({"positions", "padding", "cross_attention"})

@@ -133,7 +133,7 @@ class DecoderLM(nn.Module):
         position = POSITIONS.get(cfg.position.kind)
         x = embed(tokens).astype(dtype) * token_scale(cfg)
         if position.embed is not None:
-            x = x + position.embed(self, positions, cfg).astype(dtype)
+            x = x + cfg.position.added_scale * position.embed(self, positions, cfg).astype(dtype)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         weights = []
         for i in range(cfg.num_layers):
