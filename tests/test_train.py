@@ -48,6 +48,24 @@ def one_step(config, batch):
     return compiled_step(config)(init_state(config), batch)
 
 
+def test_gradient_norms_per_parameter_group_add_up_to_the_global_norm():
+    from attnjax.train.step import parameter_group
+    config = tiny()
+    _, metrics = one_step(config, train_batch(config))
+    groups = {k.split("/", 1)[1]: float(v) for k, v in metrics.items()
+              if k.startswith("grad_norm/")}
+    layers = config.model.num_layers
+    assert set(groups) == {"embed", "final_norm"} | {
+        f"block_{i}/{part}" for i in range(layers)
+        for part in ("attention", "attention_norm", "mlp", "mlp_norm")}
+    np.testing.assert_allclose(np.sqrt(sum(g * g for g in groups.values())),
+                               float(metrics["grad_norm"]), rtol=1e-5)
+    assert all(g > 0 for g in groups.values())
+    path = [jax.tree_util.DictKey(k) for k in ("block_3", "attention", "qkv", "kernel")]
+    assert parameter_group(path) == "block_3/attention"
+    assert parameter_group(path[:1]) == "block_3"
+
+
 def test_gradient_accumulation_equals_one_big_batch():
     config = tiny()
     batch = train_batch(config)

@@ -30,6 +30,24 @@ from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, TrainState, stream_key
 
 
+def parameter_group(path) -> str:
+    """The group of a parameter path: its first two names when it is nested three or more
+    deep (``block_0/attention/qkv/kernel`` -> ``block_0/attention``), else its first
+    (``embed/embedding`` -> ``embed``)."""
+    names = [str(getattr(key, "key", key)) for key in path]
+    return "/".join(names[:2] if len(names) >= 3 else names[:1])
+
+
+def grad_norms_by_group(grads) -> dict[str, jax.Array]:
+    """``{"grad_norm/<group>": ||g||_2}`` per ``parameter_group``; their squares sum to the
+    global norm's square."""
+    squares: dict[str, jax.Array] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(grads):
+        group = parameter_group(path)
+        squares[group] = squares.get(group, 0.0) + jnp.sum(jnp.square(leaf.astype(jnp.float32)))
+    return {f"grad_norm/{group}": jnp.sqrt(total) for group, total in squares.items()}
+
+
 def token_sums(logits: jax.Array, batch: dict) -> dict:
     """Weighted sums over a batch: cross-entropy, log^2 Z, correct predictions, weight."""
     logz = jax.nn.logsumexp(logits, axis=-1)
@@ -95,7 +113,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
                                skipped=state.skipped + (~finite).astype(jnp.int32))
         metrics = {"loss": loss, "ce": ce, "accuracy": sums["correct"] / weight_total,
                    "grad_norm": grad_norm, "lr": schedule(state.step),
-                   "skipped": new_state.skipped, "attention_entropy": entropy}
+                   "skipped": new_state.skipped, "attention_entropy": entropy,
+                   **grad_norms_by_group(grads)}
         return new_state, metrics
 
     return train_step
