@@ -163,6 +163,7 @@ class AttentionConfig(_Validated):
              ("dropout", DROPOUTS, "reads"))
     num_heads: int = _number(4, ge=1)
     num_kv_heads: int | None = _number(None, ge=1)   # None = num_heads (MHA); 1 = MQA; else GQA
+    head_dim: int | None = _number(None, ge=1)       # None = d_model // num_heads
     kernel: str = _choice("reference", KERNELS)
     block_q: int | None = _number(None, ge=1)       # chunked kernel blocks (None: its default)
     block_k: int | None = _number(None, ge=1)
@@ -260,9 +261,9 @@ class ModelConfig(_Validated):
     def _validate(self):
         from attnjax.nn.slots import kernel_request  # the model's own map of its kernel options
         att = self.attention
-        if self.d_model % att.num_heads:
+        if att.head_dim is None and self.d_model % att.num_heads:
             self._fail("d_model", f"={self.d_model} is not divisible by "
-                       f"attention.num_heads={att.num_heads}")
+                       f"attention.num_heads={att.num_heads} (or set attention.head_dim)")
         kernel_request(self)
         self.check_lengths(())
         for pair in att.knockout:
@@ -280,7 +281,8 @@ class ModelConfig(_Validated):
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.attention.num_heads
+        """``attention.head_dim``, or ``d_model // num_heads`` when it is not set."""
+        return self.attention.head_dim or self.d_model // self.attention.num_heads
 
 
 @dataclasses.dataclass(frozen=True)

@@ -783,3 +783,30 @@ def test_each_projection_draws_with_its_own_scheme_and_scale():
     assert abs(v.std() - xavier) < 0.1 * xavier
     assert np.abs(v).max() <= xavier * np.sqrt(3) + 1e-6      # uniform on [-a, a], a = std sqrt 3
     np.testing.assert_array_equal(np.asarray(attention["out"]["kernel"]), 0.0)
+
+
+def test_head_dim_independent_of_d_model_has_its_shapes_and_matches_the_oracle():
+    from attnjax.nn import MultiHeadAttention
+    from attnjax.parity import oracle_attention
+    config = ModelConfig(vocab_size=VOCAB, d_model=64, num_layers=1, max_length=MAX_LEN,
+                         attention=AttentionConfig(num_heads=4, head_dim=32, fused_qkv=False),
+                         position=PositionConfig(kind="none"))
+    assert config.head_dim == 32                               # not 64 // 4 = 16
+    x = jax.random.normal(jax.random.key(0), (2, T_FULL, 64))
+    positions = jnp.arange(T_FULL)[None]
+    module = MultiHeadAttention(config)
+    params = module.init(jax.random.key(1), x, positions)["params"]
+    chex.assert_shape([params["query"]["kernel"], params["key"]["kernel"],
+                       params["value"]["kernel"], params["out"]["kernel"]],
+                      [(64, 4, 32), (64, 4, 32), (64, 4, 32), (4, 32, 64)])
+    out, _ = module.apply({"params": params}, x, positions)
+    chex.assert_shape(out, (2, T_FULL, 64))
+    project = lambda name: np.einsum("btd,dnh->btnh", np.asarray(x, np.float64),
+                                     np.asarray(params[name]["kernel"], np.float64))
+    causal = np.tril(np.ones((T_FULL, T_FULL), bool))
+    heads = oracle_attention(project("query"), project("key"), project("value"), mask=causal)
+    expected = np.einsum("btnh,nhd->btd", heads, np.asarray(params["out"]["kernel"], np.float64))
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
+    # an explicit head_dim frees d_model from divisibility by the head count
+    ModelConfig(d_model=30, attention=AttentionConfig(num_heads=4, head_dim=8),
+                position=PositionConfig(kind="alibi"))
