@@ -59,13 +59,14 @@ def _eval(args) -> int:
     if args.overrides:
         config = apply_overrides(config, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
-    results = evaluate(config, params, Dataset(config.data), lengths)
-    print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}")
+    results = evaluate(config, params, Dataset(config.data), lengths, train_mode=args.train_mode)
+    mode = ", dropout on (--train-mode)" if args.train_mode else ""
+    print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}{mode}")
     print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
     for length, r in results.items():
         print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
     run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
-                        "overrides": args.overrides,
+                        "overrides": args.overrides, "train_mode": args.train_mode,
                         "results": {str(k): v for k, v in results.items()}})
     return 0
 
@@ -113,7 +114,7 @@ def _attention(args) -> int:
     if args.text is not None and args.batch is not None:
         raise ValueError("give --text or --batch, not both")
     print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
-                                 which=args.checkpoint))
+                                 length=args.length, which=args.checkpoint))
     print(f"wrote heatmaps, grid.png and head_stats.md to {args.out}")
     return 0
 
@@ -239,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "and data.eval_lengths)")
     evaluate.add_argument("--checkpoint", choices=["best", "latest"], default="best",
                           help=_CHECKPOINT)
+    evaluate.add_argument("--train-mode", action="store_true",
+                          help="evaluate with dropout on, as the model trains (the gap to the "
+                          "default shows what dropout costs at evaluation)")
     evaluate.set_defaults(run=_eval)
 
     generate = command("generate", "sample text from a byte-level text run with the KV cache",
@@ -316,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--batch", type=int, default=None, metavar="N",
                            help="probe with N validation examples of the run's own data "
                            "(default 4 if no --text)")
+    attention.add_argument("--length", type=int, default=None, metavar="N",
+                           help="probe length in tokens (default: the training length); "
+                           "longer shows the heads past it")
     attention.add_argument("--out", required=True, metavar="DIR",
                            help="directory to write the heatmaps and statistics into")
     attention.add_argument("--checkpoint", choices=["best", "latest"], default="best",

@@ -367,6 +367,11 @@ def test_reports_of_a_run(tmp_path, assert_png):
     assert len((tmp_path / "attn" / "head_stats.csv").read_text().splitlines()) == 1 + 4
     with pytest.raises(ValueError, match="--text needs a byte-level text model"):
         V.write_attention_report(run, tmp_path / "x", text="hello")
+    longer = config.model.max_length                     # past the training length (12)
+    V.write_attention_report(run, tmp_path / "long", batch=2, length=longer)
+    assert f"T={longer}" in (tmp_path / "long" / "head_stats.md").read_text().splitlines()[0]
+    with pytest.raises(ValueError, match="length must be >= 2"):
+        V.write_attention_report(run, tmp_path / "x", length=1)
     report = K.write_head_report(run, tmp_path / "heads", steps=2)
     for name, size in (("knockout", (462, 330)), ("importance", (462, 330)),
                        ("pruning", (1100, 440))):

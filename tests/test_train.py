@@ -336,8 +336,27 @@ def test_eval_and_generate_commands(uninterrupted, capsys):
     assert code == 0, err[-2000:]
     results = json.loads((reference / "eval.json").read_text())["results"]
     assert set(results) == {"32", "64"} and all(np.isfinite(r["loss"]) for r in results.values())
+    # no dropout in this model: evaluating with dropout on changes nothing
+    code, out, err = run_cli(capsys, "eval", str(reference), "--lengths", "32", "--train-mode")
+    assert code == 0 and "dropout on" in out, err[-2000:]
+    record = json.loads((reference / "eval.json").read_text())
+    assert record["train_mode"] is True and record["results"]["32"] == results["32"]
     code, out, err = run_cli(capsys, "generate", str(reference), "--prompt", "hi")
     assert code == 2 and "data.task='text'" in err
+
+
+def test_evaluation_in_train_mode_applies_dropout_deterministically():
+    from attnjax.train import evaluate
+    from attnjax.train.state import init_params
+    config = tiny(**{"model.attention.dropout": "output", "model.attention.dropout_rate": 0.5,
+                     "model.residual_dropout": 0.2})
+    params, dataset = init_params(config), Dataset(config.data)
+    plain = evaluate(config, params, dataset)
+    noisy = evaluate(config, params, dataset, train_mode=True)
+    assert noisy == evaluate(config, params, dataset, train_mode=True)   # same masks again
+    assert plain == evaluate(config, params, dataset)
+    length = config.data.length
+    assert abs(noisy[length]["loss"] - plain[length]["loss"]) > 1e-4      # dropout acted
 
 
 def test_max_causal_logit_ignores_future_pairs():

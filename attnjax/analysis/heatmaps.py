@@ -143,19 +143,26 @@ def write_stats_csv(stats: dict[str, np.ndarray], path):
 
 
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
-                           which: str = "best", max_tokens: int = 64) -> str:
+                           which: str = "best", max_tokens: int = 64,
+                           length: int | None = None) -> str:
     """Attention pictures and per-head statistics of a run's checkpoint (``which``: best or
     latest) on a probe (``text`` for byte-level runs, else the first ``batch`` validation
     examples, default 4): ``L{l}H{h}.png`` per head and ``grid.png`` for example 0,
-    ``head_stats.md`` / ``head_stats.csv`` over the whole probe. Returns the Markdown table."""
+    ``head_stats.md`` / ``head_stats.csv`` over the whole probe. ``length``: the probe's length
+    (default the training length; longer probes show the heads beyond it). Returns the
+    Markdown table."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
     if text is not None and batch is not None:
         raise ValueError("give text or batch, not both")
     if batch is not None and batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
+    if length is not None and length < 2:
+        raise ValueError(f"length must be >= 2, got {length}")
     config, params, step = RunDir(run_dir).params(which)
-    tokens = probe_batch(config, text=text, batch_size=batch or 4)
+    if length is not None:
+        config.model.check_lengths((length,))       # e.g. a learned table has max_length rows
+    tokens = probe_batch(config, text=text, batch_size=batch or 4, length=length)
     weights = attention_weights(config, params, tokens)[:, 0]          # [layers, heads, T, T]
     labels = token_labels(tokens[0], byte_level=config.data.task == "text")
     out = Path(out_dir)

@@ -29,10 +29,13 @@ from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
 
 
-def evaluate(config: Config, params, dataset: Dataset, lengths=None) -> dict:
+def evaluate(config: Config, params, dataset: Dataset, lengths=None, *,
+             train_mode: bool = False) -> dict:
     """Validation loss and accuracy at each length (default: the training length plus
-    ``data.eval_lengths``), over ``train.eval_batches`` fixed batches."""
-    return _evaluate_group([config], params, dataset, lengths, group=None)[0]
+    ``data.eval_lengths``), over ``train.eval_batches`` fixed batches; ``train_mode``: with
+    dropout on, as the model trains."""
+    return _evaluate_group([config], params, dataset, lengths, group=None,
+                           train_mode=train_mode)[0]
 
 
 def _stack(trees: list):
@@ -45,11 +48,12 @@ def _per_run_batches(configs: list[Config], dataset: Dataset, step: int, size: i
     return _stack(batches) if group else batches[0]
 
 
-def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, group) -> list:
+def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, group,
+                    train_mode: bool = False) -> list:
     """``evaluate`` for runs in lockstep (``params`` stacked when ``group``)."""
     config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
-    step = _compiled_eval_step(hyper.structure(config), group)
+    step = _compiled_eval_step(hyper.structure(config), group, train_mode)
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
     for length in lengths:
@@ -57,7 +61,7 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
         for i in range(config.train.eval_batches):
             batch = _per_run_batches(configs, dataset, i, config.train.eval_batch_size, length,
                                      "val", group)
-            sums = jax.device_get(step(values, params, batch))
+            sums = jax.device_get(step(values, params, batch, i))
             totals += np.stack([np.atleast_1d(sums[k]) for k in ("ce", "correct", "weight")], 1)
         for r, (ce, correct, weight) in enumerate(totals):
             weight = max(weight, 1.0)
@@ -65,18 +69,20 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
     return results
 
 
-def _with_values(make_fn, structure: Config, group):
+def _with_values(make_fn, structure: Config, group, in_axes=0):
     """``make_fn(config)`` as a jitted ``fn(values, *args)`` over the structure, vmapped over
-    runs when ``group``."""
+    runs (``in_axes``) when ``group``."""
     def fn(values, *args):
         return make_fn(hyper.inject(structure, values))(*args)
-    return jax.jit(jax.vmap(fn) if group else fn)
+    return jax.jit(jax.vmap(fn, in_axes=in_axes) if group else fn)
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_eval_step(structure: Config, group):
-    """One jitted eval step per structure, so evaluations do not recompile."""
-    return _with_values(make_eval_step, structure, group)
+def _compiled_eval_step(structure: Config, group, train_mode: bool):
+    """One jitted eval step per structure, so evaluations do not recompile; the batch index
+    (the dropout masks' counter with ``train_mode``) is shared by the runs of a group."""
+    make = functools.partial(make_eval_step, train_mode=train_mode)
+    return _with_values(make, structure, group, in_axes=(0, 0, 0, None))
 
 
 DIAGNOSTIC_EXAMPLES = 4

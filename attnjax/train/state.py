@@ -15,7 +15,7 @@ from attnjax.nn import DecoderLM
 from attnjax.train import hyper
 from attnjax.train.optim import make_optimizer
 
-PARAMS_STREAM, DROPOUT_STREAM = 1, 2
+PARAMS_STREAM, DROPOUT_STREAM, EVAL_DROPOUT_STREAM = 1, 2, 3
 
 
 class TrainState(flax.struct.PyTreeNode):

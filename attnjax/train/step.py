@@ -27,7 +27,7 @@ from attnjax.nn.probe import head_stat_arrays
 from attnjax.nn.transformer import sown_by_layer
 from attnjax.ops.stats import mean_entropy
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
-from attnjax.train.state import DROPOUT_STREAM, TrainState, stream_key
+from attnjax.train.state import DROPOUT_STREAM, EVAL_DROPOUT_STREAM, TrainState, stream_key
 
 
 def parameter_group(path) -> str:
@@ -120,12 +120,16 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     return train_step
 
 
-def make_eval_step(config: Config) -> Callable:
-    """``eval_step(params, batch) -> sums`` (see ``token_sums``), deterministic."""
+def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
+    """``eval_step(params, batch, index) -> sums`` (see ``token_sums``): deterministic, or with
+    ``train_mode`` with dropout on as in training (masks a function of the run's seed and the
+    batch ``index``, independent of the training masks)."""
     model = DecoderLM(config.model)
 
-    def eval_step(params, batch):
-        logits, _ = model.apply({"params": params}, batch["inputs"])
+    def eval_step(params, batch, index):
+        rng = jax.random.fold_in(stream_key(config.seed, EVAL_DROPOUT_STREAM), index)
+        logits, _ = model.apply({"params": params}, batch["inputs"], deterministic=not train_mode,
+                                rngs={"dropout": rng} if train_mode else None)
         return token_sums(logits, batch)
 
     return eval_step
