@@ -19,13 +19,16 @@ from attnjax.ops import dot_product_attention
 from attnjax.registry import KERNELS, POSITIONS
 
 
-def measure(kernel: str, length: int, *, batch=1, heads=4, head_dim=32, repeats=3) -> dict:
-    """Temporary memory (MB) and median seconds of the forward and of the gradient."""
+def measure(kernel: str, length: int, *, batch=1, heads=4, head_dim=32, repeats=3,
+            dtype: str = "float32") -> dict:
+    """Temporary memory (MB) and median seconds of the forward and of the gradient, with q, k
+    and v in ``dtype``."""
     keys = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(key, (batch, length, heads, head_dim)) for key in keys)
+    q, k, v = (jax.random.normal(key, (batch, length, heads, head_dim)).astype(dtype)
+               for key in keys)
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True, implementation=kernel)
     row = {"kernel": kernel, "length": length, "batch": batch, "heads": heads,
-           "head_dim": head_dim}
+           "head_dim": head_dim, "dtype": dtype}
     for label, fn in (("forward", attend),
                       ("grad", jax.grad(lambda *a: (attend(*a) ** 2).sum(), argnums=(0, 1, 2)))):
         compiled = jax.jit(fn).lower(q, k, v).compile()
@@ -54,7 +57,8 @@ def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> 
             row["grad_mem_vs_" + base["kernel"]] = row["grad_temp_mb"] / base["grad_temp_mb"]
             row["grad_time_vs_" + base["kernel"]] = row["grad_s"] / base["grad_s"]
             rows.append(row)
-            print(f"{kernel:>10} T={length:>6}  fwd {row['forward_temp_mb']:9.1f} MB "
+            print(f"{kernel:>11} {row['dtype']:>8} T={length:>6}  "
+                  f"fwd {row['forward_temp_mb']:9.1f} MB "
                   f"{row['forward_s'] * 1e3:8.1f} ms   grad {row['grad_temp_mb']:9.1f} MB "
                   f"{row['grad_s'] * 1e3:8.1f} ms   grad memory "
                   f"x{row['grad_mem_vs_' + base['kernel']]:.3f}"

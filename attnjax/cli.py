@@ -147,7 +147,7 @@ def _bench(args) -> int:
         bench.run_sweep_benchmark(seeds=args.seeds, steps=args.steps or 1000, out=args.out)
     else:
         bench.run(lengths=args.lengths, kernels=args.kernels, out=args.out, batch=args.batch,
-                  heads=args.heads, head_dim=args.head_dim)
+                  heads=args.heads, head_dim=args.head_dim, dtype=args.dtype)
     return 0
 
 
@@ -394,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="attention: number of heads (default: %(default)s)")
     bench.add_argument("--head-dim", type=int, default=32, metavar="N",
                        help="attention: features per head (default: %(default)s)")
+    bench.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                       help="attention: dtype of q, k and v (logits stay float32 or wider in "
+                       "the exact kernels; default: %(default)s)")
     bench.add_argument("--out", default=None, metavar="FILE.json",
                        help="also write the results as JSON to this file")
     bench.set_defaults(run=_bench)
