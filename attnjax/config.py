@@ -326,7 +326,10 @@ class TrainConfig(_Validated):
     clip_norm: float | None = _number(1.0, gt=0)          # None: no clipping
     grad_accum: int = _number(1, ge=1)              # micro-batches per update (batch split evenly)
     z_loss: float = _number(0.0, ge=0)              # coefficient of log^2 Z
-    entropy_reg: float = 0.0                        # attention entropy coefficient (any sign)
+    # attention regularisers (attnjax.train.regularizers), each a coefficient of any sign
+    entropy_reg: float = 0.0                        # mean attention entropy
+    weight_std_reg: float = 0.0                     # per-head std of the attention weights
+    sharpen_reg: float = 0.0                        # KL to the sharpened attention
     steps_per_dispatch: int = _number(1, ge=1)      # >1: lax.scan over steps, data made on device
     parallel: Literal["mesh", "pmap"] = "mesh"
     log_every: int = _number(50, ge=1)
@@ -364,11 +367,13 @@ class Config(_Validated):
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
         self.model.check_lengths(self.data.lengths)
-        if self.train.head_metrics:
+        from attnjax.train.regularizers import active
+        for field in ["head_metrics"] * self.train.head_metrics + [
+                reg.coefficient for reg in active(self.train).values()]:
             try:
                 kernel_request(self.model, return_weights=True)
             except ValueError as error:
-                self._fail("train.head_metrics", f"needs attention weights, which {error}")
+                self._fail(f"train.{field}", f"needs attention weights, which {error}")
 
 
 def from_dict(cls, data: dict, path: str | None = None):

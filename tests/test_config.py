@@ -417,7 +417,8 @@ def test_every_numeric_field_declares_its_range():
     unbounded = [path for path, field, _ in NUMERIC if "range" not in field.metadata]
     # any shift of the causal diagonal, and an entropy coefficient of either sign, mean
     # something: any finite value
-    assert unbounded == ["model.attention.causal_offset", "train.entropy_reg"], unbounded
+    assert unbounded == ["model.attention.causal_offset", "train.entropy_reg",
+                         "train.weight_std_reg", "train.sharpen_reg"], unbounded
     assert len(NUMERIC) > 40
 
 

@@ -223,8 +223,6 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
                 if due_eval:
                     results = _evaluate_group(configs, params, dataset, None, group)
                 for r in runs:
-                    if not cfg.entropy_reg:
-                        del records[r]["attention_entropy"]
                     if interval_steps:
                         records[r]["tokens_per_s"] = (
                             interval_steps * tokens_per_step * len(configs) / interval_seconds)

@@ -2,10 +2,11 @@
 
 Objective on a batch with score weights ``w`` (``W = sum w`` over the *global* batch)::
 
-    loss = sum_t w_t [CE_t + z * log^2 Z_t] / W  +  e * mean attention entropy
+    loss = sum_t w_t [CE_t + z * log^2 Z_t] / W  +  sum_r c_r * R_r(attention)
 
 ``CE`` is cross-entropy of the next token, ``Z`` the softmax normaliser of the output logits
-(z-loss, PaLM), ``e`` the attention-entropy coefficient (positive: sharper attention). Sums are
+(z-loss, PaLM), ``R_r`` the active attention regularisers with coefficients ``c_r``
+(``attnjax.train.regularizers``: entropy, weight std, sharpening KL). Sums are
 formed per micro-batch and per device and divided by the global ``W``, so gradient
 accumulation and data parallelism give the same update as one big batch. A step whose loss or
 gradient is not finite leaves parameters and optimizer state unchanged and is counted.
@@ -25,7 +26,7 @@ from attnjax.config import Config
 from attnjax.nn import DecoderLM
 from attnjax.nn.probe import head_stat_arrays
 from attnjax.nn.transformer import sown_by_layer
-from attnjax.ops.stats import mean_entropy
+from attnjax.train.regularizers import active as active_regularizers
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, EVAL_DROPOUT_STREAM, TrainState, stream_key
 
@@ -68,16 +69,19 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     cfg = config.train
     schedule = learning_rate_schedule(cfg)
     total = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
-    want_entropy = cfg.entropy_reg != 0.0
+    regularizers = active_regularizers(cfg)
+    coefficient = lambda name: getattr(cfg, regularizers[name].coefficient)
 
     def objective(params, micro, rng, weight_total, replicas):
         logits, aux = model.apply({"params": params}, micro["inputs"], deterministic=False,
-                                  return_weights=want_entropy, rngs={"dropout": rng})
+                                  return_weights=bool(regularizers), rngs={"dropout": rng})
         sums = token_sums(logits, micro)
         loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
-        entropy = mean_entropy(aux["attn_weights"]) if want_entropy else jnp.zeros(())
-        # the mean over micro-batches and devices of the entropy: its gradients are summed
-        return loss + cfg.entropy_reg * entropy / (cfg.grad_accum * replicas), (sums, entropy)
+        terms = {name: reg.term(aux["attn_weights"]) for name, reg in regularizers.items()}
+        # each term's mean over micro-batches and devices: their gradients are summed
+        for name, term in terms.items():
+            loss = loss + coefficient(name) * term / (cfg.grad_accum * replicas)
+        return loss, (sums, terms)
 
     def train_step(state: TrainState, batch: dict):
         rng = jax.random.fold_in(stream_key(config.seed, DROPOUT_STREAM), state.step)
@@ -88,20 +92,22 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
 
         def accumulate(grads, xs):
             index, micro = xs
-            (_, (sums, entropy)), g = jax.value_and_grad(objective, has_aux=True)(
+            (_, (sums, terms)), g = jax.value_and_grad(objective, has_aux=True)(
                 state.params, micro, jax.random.fold_in(rng, index), weight_total, replicas)
-            return jax.tree_util.tree_map(jnp.add, grads, g), (sums, entropy)
+            return jax.tree_util.tree_map(jnp.add, grads, g), (sums, terms)
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-        grads, (sums, entropy) = jax.lax.scan(
+        grads, (sums, terms) = jax.lax.scan(
             accumulate, zeros, (jnp.arange(cfg.grad_accum), _split_micro(batch, cfg.grad_accum)))
         grads = total(grads)
         sums = total(jax.tree_util.tree_map(jnp.sum, sums))
-        entropy = entropy.mean()
+        terms = {name: term.mean() for name, term in terms.items()}
         if axis_name:
-            entropy = jax.lax.pmean(entropy, axis_name)
+            terms = jax.lax.pmean(terms, axis_name)
         ce = sums["ce"] / weight_total
-        loss = ce + cfg.z_loss * sums["z"] / weight_total + cfg.entropy_reg * entropy
+        loss = ce + cfg.z_loss * sums["z"] / weight_total
+        for name, term in terms.items():
+            loss = loss + coefficient(name) * term
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -113,7 +119,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
                                skipped=state.skipped + (~finite).astype(jnp.int32))
         metrics = {"loss": loss, "ce": ce, "accuracy": sums["correct"] / weight_total,
                    "grad_norm": grad_norm, "lr": schedule(state.step),
-                   "skipped": new_state.skipped, "attention_entropy": entropy,
+                   "skipped": new_state.skipped,
+                   **{f"reg/{name}": term for name, term in terms.items()},
                    **grad_norms_by_group(grads)}
         return new_state, metrics
 
