@@ -39,14 +39,14 @@ def parameter_group(path) -> str:
     return "/".join(names[:2] if len(names) >= 3 else names[:1])
 
 
-def grad_norms_by_group(grads) -> dict[str, jax.Array]:
-    """``{"grad_norm/<group>": ||g||_2}`` per ``parameter_group``; their squares sum to the
-    global norm's square."""
+def squared_norms_by_group(grads) -> dict[str, jax.Array]:
+    """``{group: ||g_group||_2^2}`` per ``parameter_group``; they sum to the global norm's
+    square, so the step computes each square once and derives both from them."""
     squares: dict[str, jax.Array] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(grads):
         group = parameter_group(path)
         squares[group] = squares.get(group, 0.0) + jnp.sum(jnp.square(leaf.astype(jnp.float32)))
-    return {f"grad_norm/{group}": jnp.sqrt(total) for group, total in squares.items()}
+    return squares
 
 
 def token_sums(logits: jax.Array, batch: dict) -> dict:
@@ -108,7 +108,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
         loss = ce + cfg.z_loss * sums["z"] / weight_total
         for name, term in terms.items():
             loss = loss + coefficient(name) * term
-        grad_norm = optax.tree.norm(grads)
+        squares = squared_norms_by_group(grads)
+        grad_norm = jnp.sqrt(sum(squares.values()))
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -121,7 +122,7 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
                    "grad_norm": grad_norm, "lr": schedule(state.step),
                    "skipped": new_state.skipped,
                    **{f"reg/{name}": term for name, term in terms.items()},
-                   **grad_norms_by_group(grads)}
+                   **{f"grad_norm/{group}": jnp.sqrt(s) for group, s in squares.items()}}
         return new_state, metrics
 
     return train_step
