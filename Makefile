@@ -31,6 +31,8 @@ bench: $(STAMP)
 	$(BIN)/attnjax bench attention --out benchmarks/results/attention.json
 	$(BIN)/attnjax bench train --out benchmarks/results/train.json
 	$(BIN)/attnjax bench sweep --out benchmarks/results/sweep.json
+	$(BIN)/attnjax bench memory --out benchmarks/results/memory.json
+	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

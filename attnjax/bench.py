@@ -4,6 +4,10 @@ For each kernel and sequence length, jit-compiles the gradient of ``sum(attentio
 with respect to q, k and v (causal, BTNH), reads the temporary buffer size XLA allocates for
 it, and times it (median of ``repeats`` calls after one warm-up). Ratios in one run are what
 to compare; absolute times on a shared machine are noisy.
+
+Also here: training throughput (tokens/s, MFU) and vmap vs sequential sweeps, and the helpers
+the other benchmarks share (``median_seconds``, ``write_json``); the compiled memory of a
+training step is in ``attnjax.bench_memory``, generation timing in ``attnjax.bench_generate``.
 """
 
 from __future__ import annotations
@@ -33,14 +37,28 @@ def measure(kernel: str, length: int, *, batch=1, heads=4, head_dim=32, repeats=
                       ("grad", jax.grad(lambda *a: (attend(*a) ** 2).sum(), argnums=(0, 1, 2)))):
         compiled = jax.jit(fn).lower(q, k, v).compile()
         row[f"{label}_temp_mb"] = compiled.memory_analysis().temp_size_in_bytes / 2**20
-        jax.block_until_ready(compiled(q, k, v))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(q, k, v))
-            times.append(time.perf_counter() - start)
-        row[f"{label}_s"] = float(np.median(times))
+        row[f"{label}_s"] = median_seconds(compiled, q, k, v, repeats=repeats)
     return row
+
+
+def median_seconds(fn, *args, repeats: int = 3) -> float:
+    """Median wall time of ``repeats`` calls of ``fn(*args)``, each waited for, after one
+    warm-up call (compilation excluded)."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def write_json(out: str | None, result) -> None:
+    """Write ``result`` as JSON to ``out`` (its directory made), if given, and say so."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}")
 
 
 def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> list[dict]:
@@ -64,12 +82,8 @@ def run(lengths=(1024, 4096), kernels=None, out: str | None = None, **shape) -> 
                   f"x{row['grad_mem_vs_' + base['kernel']]:.3f}"
                   f"  time x{row['grad_time_vs_' + base['kernel']]:.2f} (vs {base['kernel']})",
                   flush=True)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"backend": jax.default_backend(),
-                                         "devices": [str(d) for d in jax.devices()],
-                                         "rows": rows}, indent=2))
-        print(f"wrote {out}")
+    write_json(out, {"backend": jax.default_backend(),
+                     "devices": [str(d) for d in jax.devices()], "rows": rows})
     return rows
 
 
@@ -89,9 +103,11 @@ def matmul_peak_flops(sizes=(512, 1024, 2048), repeats: int = 20) -> float:
 
 
 def model_flops_per_token(config) -> float:
-    """Training FLOPs per token: ``6 N + 12 L d T`` (PaLM, appendix B), with N the parameters
-    of every matmul including the (tied) output projection (not the position encoding's lookup
-    tables), L layers, d width, T context."""
+    """Training FLOPs per token: ``6 N + 6 L h (d_k + d_v) T`` (PaLM, appendix B: ``12 L d T``
+    when ``h d_k = h d_v = d``), with N the parameters of every matmul including the (tied)
+    output projection (not the position encoding's lookup tables), L layers, h heads of key
+    width d_k and value width d_v, T context; plus ``4 L h d_v d`` for a frozen output
+    projection (forward and input gradient, no weight gradient)."""
     from attnjax.train.state import init_params
     params = init_params(config)
     tables = POSITIONS.get(config.model.position.kind).tables    # lookups, not matmuls
@@ -99,7 +115,11 @@ def model_flops_per_token(config) -> float:
     matmul = sum(leaf.size for path, leaf in flat
                  if leaf.ndim >= 2 and getattr(path[-1], "key", None) not in tables)
     m = config.model
-    return 6 * matmul + 12 * m.num_layers * m.d_model * config.data.length
+    heads = m.attention.num_heads
+    frozen = 4 * heads * m.value_head_dim * m.d_model if (
+        m.attention.output_projection == "frozen") else 0
+    return 6 * matmul + m.num_layers * (
+        6 * heads * (m.head_dim + m.value_head_dim) * config.data.length + frozen)
 
 
 def train_throughput(config, steps: int = 50) -> dict:
@@ -160,11 +180,7 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
         row["peak_flops"], row["mfu"] = peak, row["tokens_per_s"] * row["flops_per_token"] / peak
     print(f"MFU against the run's best matmul peak {peak / 1e9:.1f} GFLOP/s: " + ", ".join(
         f"{r['setting'][:1]}/{r['steps_per_dispatch']} {r['mfu']:.1%}" for r in rows))
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"backend": jax.default_backend(), "rows": rows},
-                                        indent=2))
-        print(f"wrote {out}")
+    write_json(out, {"backend": jax.default_backend(), "rows": rows})
     return rows
 
 
@@ -202,8 +218,5 @@ def run_sweep_benchmark(experiment: str = "experiments/mqar.py", seeds: int = 8,
           f"difference {np.max(np.abs(np.subtract(*losses.values()))):.2e}")
     result = {"experiment": experiment, "seeds": seeds, "steps": steps, "seconds": times,
               "val_loss": losses, "speedup": speedup, "backend": jax.default_backend()}
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2))
-        print(f"wrote {out}")
+    write_json(out, result)
     return result

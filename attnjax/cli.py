@@ -1,5 +1,5 @@
-"""Command line: ``attnjax train | eval | generate | sweep | sweep-status | report | attention |
-heads | compare | info | bench``. The only module that parses
+"""Command line: ``attnjax train | eval | generate | sweep | audit | sweep-status | report |
+attention | heads | recall | compare | info | bench``. The only module that parses
 argv. Bad input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is
 one line on stderr and exit status 2, raised before anything compiles."""
 
@@ -54,19 +54,27 @@ def _eval(args) -> int:
     from attnjax.data import Dataset
     from attnjax.rundir import RunDir
     from attnjax.train import evaluate
+    from attnjax.train.strided import strided_options
     run_dir = RunDir(args.workdir)
     config, params, step = run_dir.params(args.checkpoint)
     if args.overrides:
         config = apply_overrides(config, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
-    results = evaluate(config, params, Dataset(config.data), lengths, train_mode=args.train_mode)
+    strided = strided_options(config.data.length, args.window, args.stride, args.score_last)
+    windows = dict(zip(("window", "stride", "score_last"), strided or ()))
+    results = evaluate(config, params, Dataset(config.data), lengths, train_mode=args.train_mode,
+                       **windows)
     mode = ", dropout on (--train-mode)" if args.train_mode else ""
+    if windows:
+        mode += (f", windows of {windows['window']} tokens every {windows['stride']}, each "
+                 f"after the first scoring its last {windows['score_last']} targets")
     print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}{mode}")
     print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
     for length, r in results.items():
         print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
     run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
                         "overrides": args.overrides, "train_mode": args.train_mode,
+                        **({"strided": windows} if windows else {}),
                         "results": {str(k): v for k, v in results.items()}})
     return 0
 
@@ -97,6 +105,16 @@ def _sweep(args) -> int:
     return 1 if failed else 0
 
 
+def _audit(args) -> int:
+    from attnjax.audit.runner import run_audit
+    from attnjax.sweep.launch import enable_compile_cache
+    enable_compile_cache()
+    only = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
+    result = run_audit(args.claims, args.workdir, only=only, launcher=args.launcher,
+                       jobs=args.jobs, progress=not args.no_progress, publish_to=args.publish)
+    return 1 if result["errors"] else 0
+
+
 def _sweep_status(args) -> int:
     from attnjax.analysis.report import sweep_status_table
     print(sweep_status_table(args.workdir))
@@ -113,16 +131,30 @@ def _attention(args) -> int:
     from attnjax.analysis.heatmaps import write_attention_report
     if args.text is not None and args.batch is not None:
         raise ValueError("give --text or --batch, not both")
+    if args.draws is not None and not args.occlusion:
+        raise ValueError("--draws is read only with --occlusion")
     print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
-                                 length=args.length, which=args.checkpoint))
-    print(f"wrote heatmaps, grid.png and head_stats.md to {args.out}")
+                                 length=args.length, which=args.checkpoint,
+                                 overrides=args.overrides, occlusion=args.occlusion,
+                                 draws=8 if args.draws is None else args.draws))
+    extra = ", occlusion.png" if args.occlusion else ""
+    print(f"wrote heatmaps, grid.png{extra} and head_stats.md to {args.out}")
     return 0
 
 
 def _heads(args) -> int:
     from attnjax.analysis.heads import write_head_report
     print(write_head_report(args.workdir, args.out, which=args.checkpoint, steps=args.steps))
-    print(f"wrote knockout, importance and pruning tables and plots to {args.out}")
+    print(f"wrote knockout, importance, pruning and head-similarity tables and plots to "
+          f"{args.out}")
+    return 0
+
+
+def _recall(args) -> int:
+    from attnjax.analysis.recall import write_recall_report
+    print(write_recall_report(args.workdir, args.out, which=args.checkpoint,
+                              buckets=args.buckets, batches=args.batches))
+    print(f"wrote recall.md, recall.csv and recall.png to {args.out}")
     return 0
 
 
@@ -139,15 +171,37 @@ def _compare(args) -> int:
     return 0
 
 
+def _bench_config(overrides: list[str]):
+    """The config of ``bench memory|generate``: an experiment file's, or the default
+    ``Config()``, with KEY=VALUE overrides."""
+    from attnjax.config import Config, apply_overrides
+    from attnjax.experiment import experiment_config
+    if overrides and "=" not in overrides[0]:
+        return experiment_config(overrides[0], overrides[1:])
+    return apply_overrides(Config(), overrides)
+
+
 def _bench(args) -> int:
     from attnjax import bench
+    if args.what == "memory":
+        from attnjax.bench_memory import run_memory_benchmark
+        run_memory_benchmark(_bench_config(args.overrides), out=args.out)
+        return 0
+    if args.what == "generate":
+        from attnjax.bench_generate import run_generate_benchmark
+        run_generate_benchmark(_bench_config(args.overrides), args.lengths or (128, 256, 512, 1024),
+                               args.fills, batch=args.batch, out=args.out)
+        return 0
+    if args.overrides:
+        raise ValueError(f"bench {args.what} takes no config ({' '.join(args.overrides)}); "
+                         "bench memory and bench generate do")
     if args.what == "train":
         bench.run_train_benchmark(steps=args.steps or 50, out=args.out)
     elif args.what == "sweep":
         bench.run_sweep_benchmark(seeds=args.seeds, steps=args.steps or 1000, out=args.out)
     else:
-        bench.run(lengths=args.lengths, kernels=args.kernels, out=args.out, batch=args.batch,
-                  heads=args.heads, head_dim=args.head_dim, dtype=args.dtype)
+        bench.run(lengths=args.lengths or (1024, 4096), kernels=args.kernels, out=args.out,
+                  batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype)
     return 0
 
 
@@ -243,6 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--train-mode", action="store_true",
                           help="evaluate with dropout on, as the model trains (the gap to the "
                           "default shows what dropout costs at evaluation)")
+    evaluate.add_argument("--stride", type=int, default=None, metavar="N",
+                          help="strided evaluation: score each sequence by windows of --window "
+                          "tokens starting every N tokens (default: the window, disjoint "
+                          "segments); N must divide length - window")
+    evaluate.add_argument("--window", type=int, default=None, metavar="W",
+                          help="strided evaluation: the tokens each window encodes, at "
+                          "positions 0..W-1 (default: the training length data.length)")
+    evaluate.add_argument("--score-last", type=int, default=None, metavar="K",
+                          help="strided evaluation: each window after the first scores its "
+                          "last K targets, the first all; K must equal --stride (default), "
+                          "so every target is scored once, as without windows")
     evaluate.set_defaults(run=_eval)
 
     generate = command("generate", "sample text from a byte-level text run with the KV cache",
@@ -293,6 +358,30 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not show progress bars (for logs and batch jobs)")
     sweep.set_defaults(run=_sweep)
 
+    audit = command("audit", "the claims audit: train each claim's runs once, judge every "
+                    "claim, write AUDIT.md (rerun to resume)", "Load the claim files "
+                    "CLAIMS_DIR/<group>/<ID>.py, train every run they need once (shared runs "
+                    "once) into --workdir/runs, measure each claim, apply its criterion and "
+                    "write --workdir/AUDIT.md. Rerunning skips finished runs and measurements; "
+                    "a claim whose measurement fails is reported and the command exits 1.")
+    audit.add_argument("claims", metavar="CLAIMS_DIR", help="directory of claim files, e.g. "
+                       "experiments/claims")
+    audit.add_argument("--workdir", required=True, metavar="DIR",
+                       help="audit directory: runs/, results/, plots/ and AUDIT.md")
+    audit.add_argument("--only", default=None, metavar="ID,ID",
+                       help="only these claims, e.g. PE4,MK2")
+    audit.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="vmap",
+                       metavar="LAUNCHER", help="how to train the runs, one of %(choices)s "
+                       "(default: %(default)s)")
+    audit.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help="as for 'attnjax sweep'")
+    audit.add_argument("--publish", default=None, metavar="FILE.md",
+                       help="also write the report to FILE.md with its plots beside it, e.g. "
+                       "docs/CLAIMS_AUDIT.md")
+    audit.add_argument("--no-progress", action="store_true",
+                       help="do not show progress bars (for logs and batch jobs)")
+    audit.set_defaults(run=_audit)
+
     status = command("sweep-status", "one line per run of a sweep: status, steps done, "
                      "validation loss, error")
     status.add_argument("workdir", metavar="SWEEP_DIR",
@@ -315,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "sink mass, previous-token and induction scores, ...).")
     attention.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
                            "'attnjax train'")
+    attention.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                           help="config overrides for this evaluation only, e.g. "
+                           "model.attention.scale_multiplier=1e-6")
     attention.add_argument("--text", default=None,
                            help="probe text for byte-level text runs, e.g. \"def main(argv):\"")
     attention.add_argument("--batch", type=int, default=None, metavar="N",
@@ -327,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
                            help="directory to write the heatmaps and statistics into")
     attention.add_argument("--checkpoint", choices=["best", "latest"], default="best",
                            help=_CHECKPOINT)
+    attention.add_argument("--occlusion", action="store_true",
+                           help="also rank the keys by occlusion (loss rise when a key token "
+                           "is replaced at random), plot it beside the last layer's weights in "
+                           "occlusion.png and print the median Spearman rho")
+    attention.add_argument("--draws", type=int, default=None, metavar="N",
+                           help="with --occlusion: random replacements per key (default: 8)")
     attention.set_defaults(run=_attention)
 
     heads = command("heads", "head knockout, gradient importance (Michel et al.) and the "
@@ -342,6 +440,25 @@ def build_parser() -> argparse.ArgumentParser:
     heads.add_argument("--steps", type=int, default=None, metavar="N",
                        help="points on the pruning curve (default: one per head, at most 10)")
     heads.set_defaults(run=_heads)
+
+    recall = command("recall", "accuracy of a recall run (induction, mqar) by the distance "
+                     "between each query and the key it recalls", "Score a recall run's "
+                     "validation batches and bucket the scored targets by query-key distance "
+                     "(the query's position minus that of the earlier occurrence of its token "
+                     "that is followed by the answer): recall.md, recall.csv, recall.png.")
+    recall.add_argument("workdir", metavar="RUN_DIR", help="run directory of an induction or "
+                        "mqar run")
+    recall.add_argument("--out", required=True, metavar="DIR",
+                        help="directory to write the table and plot into")
+    recall.add_argument("--buckets", default="pow2", metavar="SPEC",
+                        help="distance buckets: pow2 (1, 2-3, 4-7, ...), a number N of "
+                        "equal-width buckets, or increasing edges e.g. 1,8,32,128 "
+                        "(default: %(default)s)")
+    recall.add_argument("--batches", type=int, default=None, metavar="N",
+                        help="validation batches to score (default: train.eval_batches)")
+    recall.add_argument("--checkpoint", choices=["best", "latest"], default="best",
+                        help=_CHECKPOINT)
+    recall.set_defaults(run=_recall)
 
     compare = command("compare", "compare two runs, or every run of a sweep with a baseline: "
                       "config, parameters, attention, losses",
@@ -370,26 +487,38 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=_info)
 
     bench = command("bench", "benchmark attention kernels (memory, time), training throughput "
-                    "(tokens/s, MFU), or vmap vs sequential sweeps", "Benchmark one of: "
+                    "(tokens/s, MFU), vmap vs sequential sweeps, training-step memory or "
+                    "generation with and without the KV cache", "Benchmark one of: "
                     "attention (compiled memory and time of each kernel's gradient), train "
-                    "(tokens/s and model-FLOPs utilisation) or sweep (vmap vs sequential "
-                    "launcher wall time).")
-    bench.add_argument("what", choices=["attention", "train", "sweep"], metavar="WHAT",
-                       help="what to benchmark: %(choices)s")
+                    "(tokens/s and model-FLOPs utilisation), sweep (vmap vs sequential "
+                    "launcher wall time), memory (compiled memory of a config's training step, "
+                    "not run) or generate (a cached decoding step at several cache fills, and "
+                    "full forwards without a cache).")
+    bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate"],
+                       metavar="WHAT", help="what to benchmark: %(choices)s")
+    bench.add_argument("overrides", nargs="*", metavar="CONFIG",
+                       help="memory, generate: the model and training config, an experiment "
+                       "file EXPERIMENT.py and/or KEY=VALUE overrides (default: the default "
+                       "config, a width-128, 4-layer byte-level model)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",
                        help="train: timed steps per setting (default 50); sweep: steps per "
                        "run (default 1000)")
     bench.add_argument("--seeds", type=int, default=8, metavar="N",
                        help="sweep: number of seeds of experiments/mqar.py to train "
                        "(default: %(default)s)")
-    bench.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], metavar="N",
-                       help="attention: sequence lengths to measure (default: 1024 4096)")
+    bench.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                       help="attention: sequence lengths to measure (default: 1024 4096); "
+                       "generate: tokens n of the full forwards (default: 128 256 512 1024)")
+    bench.add_argument("--fills", type=int, nargs="+", default=[16, 64, 256, 1024],
+                       metavar="T", help="generate: time the cached step of token t (t - 1 "
+                       "cached) at each T, with model.max_length the largest T and equal to "
+                       "T (default: 16 64 256 1024)")
     bench.add_argument("--kernels", nargs="+", default=None, metavar="KERNEL",
                        choices=_RegistryNames(KERNELS),
                        help="attention: kernels to measure, from %(choices)s (default: every "
                        "exact kernel available on this backend)")
     bench.add_argument("--batch", type=int, default=1, metavar="N",
-                       help="attention: batch size (default: %(default)s)")
+                       help="attention, generate: batch size (default: %(default)s)")
     bench.add_argument("--heads", type=int, default=4, metavar="N",
                        help="attention: number of heads (default: %(default)s)")
     bench.add_argument("--head-dim", type=int, default=32, metavar="N",

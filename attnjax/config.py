@@ -178,6 +178,8 @@ class AttentionConfig(_Validated):
     dropout: str = _choice("none", DROPOUTS)
     dropout_rate: float = _number(0.0, ge=0, lt=1)
     window: int | None = _number(None, ge=1)        # each query sees its last `window` keys
+    causal: bool = True                 # False: no causal mask (e.g. padding mask in its place)
+    key_padding_mask: bool = True       # padded data: pads hidden; False keeps them visible
     # settings of kernel='masked_fill' (PyTorch-style masking; see attnjax.ops.masked_fill)
     mask_fill: float | None = _number(None, le=0, infinite=True)   # None: finfo.min; -inf ok
     mask_mode: Literal[MASK_MODES] = "select"       # where(mask, s, fill) or s + (1-mask) fill
@@ -195,6 +197,13 @@ class AttentionConfig(_Validated):
     k_init_scale: float = _number(1.0, gt=0)
     v_init_scale: float = _number(1.0, gt=0)
     o_init_scale: float = _number(1.0, gt=0)
+    # head shapes (see attnjax.nn.attention): the value's width (None = head_dim); the output
+    # projection: dense (trained W_o), none (heads concatenated into the residual; needs
+    # num_heads * value_head_dim = d_model), frozen (a fixed random orthogonal W_o, never
+    # trained); one matmul per head for q, k and v (needs fused_qkv=False)
+    value_head_dim: int | None = _number(None, ge=1)
+    output_projection: Literal["dense", "none", "frozen"] = "dense"
+    per_head_projections: bool = False
 
     def _validate(self):
         if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
@@ -210,6 +219,17 @@ class AttentionConfig(_Validated):
         if self.dropout != "none" and self.dropout_rate == 0.0:
             self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
                        "dropout='none'")
+        if not self.causal and self.window is not None:
+            self._fail("causal", f"=False means nothing with window={self.window}: the window "
+                       "(window - 1 keys back, none ahead) is causal itself")
+        if not self.causal and self.causal_offset != 0:
+            self._fail("causal_offset", f"={self.causal_offset} means nothing with causal=False")
+        if self.output_projection != "dense" and self.o_init != "default":
+            self._fail("o_init", f"={self.o_init!r} means nothing with output_projection="
+                       f"{self.output_projection!r}; it is read by output_projection='dense'")
+        if self.per_head_projections and self.fused_qkv:
+            self._fail("per_head_projections", "=True needs fused_qkv=False (it splits the "
+                       "separate q, k, v projections into one matmul per head)")
 
     @property
     def kv_heads(self) -> int:
@@ -264,6 +284,10 @@ class ModelConfig(_Validated):
         if att.head_dim is None and self.d_model % att.num_heads:
             self._fail("d_model", f"={self.d_model} is not divisible by "
                        f"attention.num_heads={att.num_heads} (or set attention.head_dim)")
+        if att.output_projection == "none" and att.num_heads * self.value_head_dim != self.d_model:
+            self._fail("attention.output_projection", f"='none' needs num_heads * value_head_dim "
+                       f"= d_model, got {att.num_heads} * {self.value_head_dim} != "
+                       f"{self.d_model}; choices: dense, none, frozen")
         kernel_request(self)
         self.check_lengths(())
         for pair in att.knockout:
@@ -284,6 +308,11 @@ class ModelConfig(_Validated):
         """``attention.head_dim``, or ``d_model // num_heads`` when it is not set."""
         return self.attention.head_dim or self.d_model // self.attention.num_heads
 
+    @property
+    def value_head_dim(self) -> int:
+        """``attention.value_head_dim``, or the key/query ``head_dim`` when it is not set."""
+        return self.attention.value_head_dim or self.head_dim
+
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig(_Validated):
@@ -301,9 +330,22 @@ class DataConfig(_Validated):
     vocab_size: int = _number(256, ge=2)             # synthetic tasks and token files
     num_pairs: int = _number(8, ge=1)                # mqar key-value pairs
     token_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
+    # text and tokens (attnjax.data.padding): a BOS id before every window; padded examples
+    bos_token: int | None = _number(None, ge=0)      # id < model.vocab_size; input only
+    padding: Literal["none", "left", "right"] = "none"   # where the pads of an example go
+    min_length: int = _number(1, ge=1)               # padded: real lengths in [this, length]
+    pad_token: int | None = _number(0, ge=0)         # padded: the pad id; None: random tokens
 
     def _validate(self):
         TASKS.get(self.task).check(self)
+        if self.padding == "none":
+            for name, default in (("min_length", 1), ("pad_token", 0)):
+                if getattr(self, name) != default:
+                    self._fail(name, f"={getattr(self, name)!r} means nothing with "
+                               "padding='none'; it is read by padding='left' or 'right'")
+        elif self.min_length > min(self.lengths):
+            self._fail("min_length", f"={self.min_length} exceeds the shortest length "
+                       f"{min(self.lengths)} (data.length, data.eval_lengths)")
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -367,11 +409,30 @@ class Config(_Validated):
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
         self.model.check_lengths(self.data.lengths)
+        for name in ("bos_token", "pad_token"):
+            token = getattr(self.data, name)
+            if token is not None and token >= self.model.vocab_size:
+                self._fail(f"data.{name}", f"={token} must be in [0, model.vocab_size="
+                           f"{self.model.vocab_size})")
+        padded = self.data.padding != "none"
+        if padded:
+            try:
+                kernel_request(self.model, padded=True)
+            except ValueError as error:
+                self._fail("data.padding", f"={self.data.padding!r} needs per-example positions "
+                           f"and a key-padding mask, which {error}")
+        elif not self.model.attention.key_padding_mask:
+            self._fail("model.attention.key_padding_mask", "=False means nothing with "
+                       "data.padding='none'; it is read by data.padding='left' or 'right'")
         from attnjax.train.regularizers import active
         for field in ["head_metrics"] * self.train.head_metrics + [
                 reg.coefficient for reg in active(self.train).values()]:
+            if padded:      # the attention statistics average over every row and key
+                self._fail(f"train.{field}", f"cannot be used with data.padding="
+                           f"{self.data.padding!r}: the attention statistics would count the "
+                           "pads' rows and keys")
             try:
-                kernel_request(self.model, return_weights=True)
+                kernel_request(self.model, return_weights=True, padded=padded)
             except ValueError as error:
                 self._fail(f"train.{field}", f"needs attention weights, which {error}")
 

@@ -2,7 +2,8 @@
 
 The oracle is written from the formula, with no code shared with ``attnjax.ops``:
 ``softmax(scale * q k^T + bias, masked) v`` in float64, with soft-capping and a sink logit,
-GQA by repeating kv heads, and zeros for rows that see no key; its gradients are derived by
+GQA by repeating kv heads, a value width of its own (v ``[..., D]`` for q and k ``[..., H]``)
+and zeros for rows that see no key; its gradients are derived by
 hand (and checked against central differences in the tests). ``parity_table`` measures the
 max absolute and relative error of outputs AND gradients for each kernel on a few settings;
 ``attnjax info`` prints it and the tests assert on the same numbers.
@@ -48,9 +49,9 @@ def _oracle_forward(q, k, v, *, scale=None, bias=None, mask=None, logit_soft_cap
 
 
 def oracle_attention(q, k, v, **kwargs) -> np.ndarray:
-    """float64 attention on NumPy arrays. q ``[B,T,N,H]``, k/v ``[B,S,K,H]``, mask/bias
-    broadcastable to ``[B,N,T,S]``, sink ``[N]``, scale scalar or ``[N]``; rows that see no
-    key give zeros."""
+    """float64 attention on NumPy arrays. q ``[B,T,N,H]``, k ``[B,S,K,H]``, v ``[B,S,K,D]``,
+    mask/bias broadcastable to ``[B,N,T,S]``, sink ``[N]``, scale scalar or ``[N]`` (default
+    ``1/sqrt(H)``); returns ``[B,T,N,D]``; rows that see no key give zeros."""
     return _oracle_forward(q, k, v, **kwargs)[0]
 
 

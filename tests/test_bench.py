@@ -1,9 +1,22 @@
-"""The kernel benchmark runs with the requested dtype and writes what it measured (no timing
-assertions: speed is measured by ``attnjax bench``, not asserted)."""
+"""The benchmarks run and write what they measured (no timing assertions: speed is measured by
+``attnjax bench``, not asserted): the kernel benchmark with the requested dtype; the compiled
+memory of a training step (parameter bytes by hand, temporaries growing with length and batch,
+smaller with the chunked kernel); generation with and without the cache (the cached step's
+logits equal the full forward's)."""
 
 import json
 
+import jax
+import numpy as np
+import pytest
+
 from attnjax import bench
+from attnjax.bench_generate import run_generate_benchmark
+from attnjax.bench_memory import train_step_memory
+from attnjax.generate import decode_step, empty_cache
+from attnjax.nn import DecoderLM
+from attnjax.train.state import init_params
+from helpers import TINY_INDUCTION, run_cli, tiny_config
 
 
 def test_attention_benchmark_measures_the_requested_dtype(tmp_path, capsys):
@@ -16,3 +29,93 @@ def test_attention_benchmark_measures_the_requested_dtype(tmp_path, capsys):
     assert all(r["forward_s"] > 0 and r["grad_temp_mb"] >= 0 for r in written)
     assert written[0]["grad_mem_vs_reference"] == 1.0
     assert "bfloat16" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- training-step memory
+
+def memory_of(**overrides) -> dict:
+    return train_step_memory(tiny_config(TINY_INDUCTION, **{"data.length": 128,
+                                                            "model.max_length": 256, **overrides}))
+
+
+@pytest.fixture(scope="module")
+def memory() -> dict:
+    """Compiled memory of the tiny induction model's training step: batch 4, length 128; the
+    same at length 256, at batch 8, and with the chunked kernel at length 256."""
+    long = {"data.length": 256}
+    return {"base": memory_of(), "2T": memory_of(**long), "2B": memory_of(**{
+        "train.batch_size": 8}), "2T chunked": memory_of(**long, **{
+            "model.attention.kernel": "chunked", "model.attention.block_q": 32,
+            "model.attention.block_k": 32})}
+
+
+def test_parameter_and_optimizer_bytes_are_counted_by_hand(memory):
+    d, vocab, hidden = 16, 16, 64               # TINY_MODEL: one layer, 2 heads of 8, gelu x4
+    params = (vocab * d                         # tied embedding (RoPE has no parameters)
+              + d * 3 * d + d * d               # fused q/k/v and output projections, no bias
+              + 3 * 2 * d                       # attention, mlp and final layer norms
+              + d * hidden + hidden + hidden * d + d)   # MLP up and down, with biases
+    row = memory["base"]
+    assert row["parameter_bytes"] == 4 * params == 14016
+    # AdamW's two moments, plus two int32 step counts (Adam's and the schedule's)
+    assert row["optimizer_bytes"] == 2 * row["parameter_bytes"] + 2 * 4
+    assert row["peak_bytes"] == (row["argument_bytes"] + row["output_bytes"]
+                                 - row["alias_bytes"] + row["temp_bytes"])
+    # the state is donated: its buffers are the outputs' and the arguments' both
+    assert row["alias_bytes"] >= row["parameter_bytes"] + row["optimizer_bytes"]
+
+
+def test_temporaries_grow_with_length_and_batch(memory):
+    assert memory["2T"]["temp_bytes"] > 1.5 * memory["base"]["temp_bytes"]
+    assert memory["2B"]["temp_bytes"] > 1.5 * memory["base"]["temp_bytes"]
+    assert memory["2T"]["parameter_bytes"] == memory["base"]["parameter_bytes"]
+
+
+def test_the_chunked_kernel_needs_fewer_temporaries_at_length(memory):
+    assert memory["2T chunked"]["temp_bytes"] < 0.5 * memory["2T"]["temp_bytes"]
+
+
+def test_memory_command_prints_and_writes_the_row(tmp_path, capsys):
+    out = tmp_path / "memory.json"
+    code, printed, err = run_cli(capsys, "bench", "memory", *[f"{k}={v}" for k, v in {
+        **TINY_INDUCTION, "data.length": 128, "model.max_length": 256}.items()],
+        "--out", str(out))
+    assert code == 0, err[-2000:]
+    written = json.loads(out.read_text())
+    assert written["temp_bytes"] > 0 and written["length"] == 128 and "peak" in printed
+    code, _, err = run_cli(capsys, "bench", "attention", "model.d_model=8")
+    assert code == 2 and "bench attention takes no config" in err
+
+
+# ---------------------------------------------------------------- generation timing
+
+def test_the_cached_step_of_token_t_equals_the_full_forward_over_t_tokens():
+    config = tiny_config(TINY_INDUCTION)
+    params, t = init_params(config), 11
+    tokens = jax.random.randint(jax.random.key(1), (2, t), 0, config.model.vocab_size)
+    step = jax.jit(decode_step(config))
+    cache, _ = step(params, empty_cache(config, batch=2), tokens[:, :t - 1])
+    _, logits = step(params, cache, tokens[:, t - 1:])
+    full, _ = jax.jit(DecoderLM(config.model).apply)({"params": params}, tokens)
+    np.testing.assert_allclose(logits[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_generation_benchmark_rows(tmp_path, capsys):
+    config = tiny_config(TINY_INDUCTION)
+    out = tmp_path / "generate.json"
+    rows = run_generate_benchmark(config, lengths=[8], fills=[4, 8], repeats=1,
+                                  out=str(out))
+    assert json.loads(out.read_text())["rows"] == rows
+    forward = [r for r in rows if r["kind"] == "forward"]
+    cached = [r for r in rows if r["kind"] == "cached"]
+    assert [r["n"] for r in forward] == [8]
+    assert all(set(r) == {"kind", "n", "batch", "forward_s", "uncached_generation_s"}
+               and r["uncached_generation_s"] == r["n"] * r["forward_s"] > 0 for r in forward)
+    assert [(r["layout"], r["max_length"], r["t"]) for r in cached] == [
+        ("max_length=8", 8, 4), ("max_length=8", 8, 8), ("max_length=t", 4, 4),
+        ("max_length=t", 8, 8)]
+    assert all(set(r) == {"kind", "layout", "max_length", "t", "batch", "step_s"}
+               and r["step_s"] > 0 for r in cached)
+    assert "cached step of token t" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--fills must be 2 or more"):
+        run_generate_benchmark(config, lengths=[8], fills=[1, 4])

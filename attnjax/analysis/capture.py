@@ -2,7 +2,7 @@
 
 A probe is either text (byte-level models: the UTF-8 bytes, truncated to the model's length)
 or batch ``0`` of the validation split of the run's own data, so two checkpoints of the same
-data see the same probe.
+data see the same probe; ``probe_examples`` adds the targets and their weights.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import numpy as np
 
 from attnjax.config import Config
 from attnjax.data import load_dataset
-from attnjax.nn.probe import capture
+from attnjax.nn.probe import capture, stream_cosines
 
 
-def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
-                length: int | None = None, seed: int = 0) -> np.ndarray:
-    """Token ids ``[B, T]``: the bytes of ``text`` (``B = 1``, at most ``length`` tokens,
-    default ``data.length``), or the first ``batch_size`` validation examples of the run's data
-    for ``seed`` (``T = length``)."""
+def probe_examples(config: Config, *, text: str | None = None, batch_size: int = 4,
+                   length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """A probe as a batch ``{"inputs", "targets", "weights"}`` ``[B, T]``: the bytes of
+    ``text`` (``B = 1``, at most ``length`` tokens, default ``data.length``), each predicting
+    the next byte (the last one is not scored), or the first ``batch_size`` validation
+    examples of the run's data for ``seed`` (``T = length``)."""
     length = length or config.data.length
     if text is not None:
         if config.data.task != "text":
@@ -31,9 +32,19 @@ def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
         tokens = np.frombuffer(text.encode("utf-8"), np.uint8)[:length].astype(np.int32)
         if tokens.size < 2:
             raise ValueError("text must be at least 2 bytes long")
-        return tokens[None, :]
+        weights = np.ones(tokens.size, np.float32)
+        weights[-1] = 0.0
+        return {"inputs": tokens[None, :], "targets": np.append(tokens[1:], 0)[None, :],
+                "weights": weights[None, :]}
     batch = load_dataset(config.data).batch(seed, 0, batch_size, length, "val")
-    return np.asarray(batch["inputs"])
+    return {name: np.asarray(batch[name]) for name in ("inputs", "targets", "weights")}
+
+
+def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
+                length: int | None = None, seed: int = 0) -> np.ndarray:
+    """Token ids ``[B, T]``: the ``inputs`` of ``probe_examples``."""
+    return probe_examples(config, text=text, batch_size=batch_size, length=length,
+                          seed=seed)["inputs"]
 
 
 def attention_weights(config: Config, params, tokens) -> np.ndarray:
@@ -45,3 +56,16 @@ def attention_weights(config: Config, params, tokens) -> np.ndarray:
 @functools.lru_cache(maxsize=16)
 def _compiled_weights(model_config):
     return jax.jit(lambda p, t: capture(model_config, p, t)[0])
+
+
+def layer_cosines(config: Config, params, tokens) -> dict[str, np.ndarray]:
+    """Per layer, the mean pairwise cosine across positions (``ops.stats.mean_pairwise_cosine``)
+    of the attention sub-layer outputs (``attn_out``) and of the residual stream after the
+    block (``residual``), name -> ``[layers]`` float64."""
+    out = _compiled_cosines(config.model)(params, jnp.asarray(tokens))
+    return {name: np.asarray(value, np.float64) for name, value in out.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_cosines(model_config):
+    return jax.jit(functools.partial(stream_cosines, model_config))

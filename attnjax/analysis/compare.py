@@ -7,10 +7,11 @@ PNGs and return a short text summary. The math, as pure functions:
   relative L2 ``||a - b||_2 / max(||a||_2, tiny)`` and cosine ``<a, b> / (||a|| ||b||)`` of the
   flattened tensors (1 for two zero tensors, NaN when exactly one is zero);
 - attention, on one probe batch (``capture.probe_batch`` of run A's config): for each query
-  row, the Jensen-Shannon divergence of the two key distributions P (run A) and Q (run B),
-  ``JS = KL(P||M)/2 + KL(Q||M)/2`` with ``M = (P + Q)/2``, natural log and ``0 log 0 = 0``,
-  so ``0 <= JS <= ln 2`` (0 iff P = Q, ln 2 iff disjoint supports); then the mean over query
-  rows (row 0 sees only itself: always 0 for causal models) and examples, per layer and head.
+  row, the Jensen-Shannon divergence (``ops.stats.js_divergence``) of the two key
+  distributions P (run A) and Q (run B), ``JS = KL(P||M)/2 + KL(Q||M)/2`` with
+  ``M = (P + Q)/2``, natural log and ``0 log 0 = 0``, so ``0 <= JS <= ln 2`` (0 iff P = Q,
+  ln 2 iff disjoint supports); then the mean over query rows (row 0 sees only itself: always
+  0 for causal models) and examples, per layer and head.
 
 Runs are only read: checkpoints are opened read-only, so a run that is still training (no
 ``summary.json`` and a fresh ``metrics.jsonl``, or an unfinished orbax save) is untouched.
@@ -33,31 +34,10 @@ from attnjax.analysis import compare_plots as plots
 from attnjax.analysis.capture import attention_weights, probe_batch
 from attnjax.config import Config
 from attnjax.nn.transformer import VOCAB_PARAMS
-from attnjax.ops.stats import cosine
+from attnjax.ops.stats import cosine, js_divergence
 from attnjax.rundir import ABSENT, WHICH, NoCheckpointError, RunDir, SweepDir, config_differences
 
 # ---------------------------------------------------------------------------------- the math
-
-def js_divergence(p, q, axis: int = -1) -> np.ndarray:
-    """Jensen-Shannon divergence (nats) of distributions along ``axis``: in ``[0, ln 2]``.
-
-    ``JS = KL(P||M)/2 + KL(Q||M)/2``, ``M = (P + Q)/2``, ``0 log 0 = 0``, in float64. Inputs
-    are not renormalised; a row that is all zeros in both (a query that sees no key) gives 0."""
-    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"q has shape {q.shape}, p has shape {p.shape}; they must match")
-    for name, x in (("p", p), ("q", q)):
-        if np.any(x < 0) or not np.all(np.isfinite(x)):
-            raise ValueError(f"{name} must be finite and non-negative (a distribution)")
-    m = 0.5 * (p + q)
-
-    def kl_to_m(x):     # sum x log(x / m) over x > 0 (there m >= x / 2 > 0)
-        safe = np.where(x > 0, x, 1.0)
-        return np.sum(np.where(x > 0, x * (np.log(safe) - np.log(np.where(x > 0, m, 1.0))), 0.0),
-                      axis=axis)
-
-    return np.clip(0.5 * kl_to_m(p) + 0.5 * kl_to_m(q), 0.0, math.log(2.0))
-
 
 def relative_l2(a, b) -> float:
     """``||a - b||_2 / max(||a||_2, tiny)`` of the flattened arrays (relative to ``a``)."""

@@ -16,6 +16,8 @@ fixed batches) with the gates applied on top of any ``model.attention.knockout``
   ``importance`` order recomputes the importance under the current gates after every step (as
   the paper does), ``knockout`` removes by ascending single-knockout delta, ``random`` by a
   seeded permutation.
+- similarity: the pairwise JS divergence between a layer's heads
+  (``attnjax.analysis.head_similarity``), the redundancy that knockout cannot show.
 
 References: Michel, Levy, Neubig 2019, "Are Sixteen Heads Really Better than One?";
 Molchanov et al. 2017, "Pruning Convolutional Neural Networks for Resource Efficient
@@ -33,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.analysis.figures import subplots
+from attnjax.analysis.head_similarity import format_js_table, head_js, plot_head_js, write_js_csv
 from attnjax.analysis.heatmaps import plot_head_matrix
 from attnjax.config import Config
 from attnjax.data import Dataset
@@ -43,11 +46,13 @@ from attnjax.train.step import token_sums
 ORDERS = ("importance", "knockout", "random")
 
 
-def validation_batches(config: Config, dataset: Dataset | None = None) -> list[dict]:
-    """The fixed batches ``evaluate`` scores at the training length."""
+def validation_batches(config: Config, dataset: Dataset | None = None,
+                       count: int | None = None) -> list[dict]:
+    """The fixed batches ``evaluate`` scores at the training length (the first ``count``,
+    default ``train.eval_batches``)."""
     dataset = dataset or Dataset(config.data)
     return [dataset.batch(config.seed, i, config.train.eval_batch_size, config.data.length, "val")
-            for i in range(config.train.eval_batches)]
+            for i in range(config.train.eval_batches if count is None else count)]
 
 
 def _as_batches(config: Config, dataset_or_batches) -> list[dict]:
@@ -227,8 +232,10 @@ def plot_pruning_curve(curves, path, title: str = "pruning heads"):
 
 def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None = None) -> str:
     """Knockout, importance and pruning of a run's checkpoint on its validation batches:
-    ``knockout.csv`` / ``knockout.md``, ``knockout.png``, ``importance.png``, ``pruning.png``.
-    Returns the Markdown of ``knockout.md``."""
+    ``knockout.csv`` / ``knockout.md``, ``knockout.png``, ``importance.png``, ``pruning.png``;
+    and the pairwise JS divergence of each layer's heads on the first validation batch
+    (``attnjax.analysis.head_similarity``): ``head_js.csv``, ``head_js.png`` and a table in
+    ``knockout.md``. Returns the Markdown of ``knockout.md``."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
     config, params, step = RunDir(run_dir).params(which)
@@ -237,6 +244,7 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     base = evaluate_gates(config, params, np.ones((L, N)), batches)
     delta = knockout_losses(config, params, batches)
     importance = head_importance(config, params, batches)
+    js = head_js(config, params, np.asarray(batches[0]["inputs"]))
     curves = [pruning_curve(config, params, batches, steps, order="importance"),
               pruning_curve(config, params, batches, steps, order="knockout", knockout=delta),
               pruning_curve(config, params, batches, steps, order="random", seed=config.seed)]
@@ -263,6 +271,10 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
         lines.append(f"| {fraction:.3f} | " + " | ".join(cells) + " |")
     lines += ["", "Importance order removed: " + ", ".join(
         f"L{l}H{h}" for l, h in curves[0]["pruned"])]
+    lines += ["", "Same-layer head similarity: Jensen-Shannon divergence between two heads' "
+              f"rows (query rows >= 1, {len(batches[0]['inputs'])} examples of the first "
+              "validation batch; 0 = identical, ln 2 = 0.693 = disjoint):", "",
+              format_js_table(js)]
     text = "\n".join(lines) + "\n"
     (out / "knockout.md").write_text(text)
     plot_knockout_heatmap(delta, out / "knockout.png",
@@ -272,4 +284,6 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
                      f"{name}: head importance E|dL/d gate| (L2-normalised per layer)",
                      label="importance")
     plot_pruning_curve(curves, out / "pruning.png", f"{name}: iterative head pruning")
+    write_js_csv(js, out / "head_js.csv")
+    plot_head_js(js, out / "head_js.png", f"{name}: JS divergence between a layer's heads")
     return text

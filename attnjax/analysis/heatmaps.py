@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
-from attnjax.analysis.capture import attention_weights, probe_batch
+from attnjax.analysis.capture import attention_weights, layer_cosines, probe_examples
 from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
+from attnjax.analysis.occlusion import occlusion_agreement, plot_occlusion
+from attnjax.config import apply_overrides
 from attnjax.rundir import RunDir
 
 VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
@@ -142,15 +144,56 @@ def write_stats_csv(stats: dict[str, np.ndarray], path):
                                                 for n in names)])
 
 
+def format_layer_table(cosines: dict[str, np.ndarray], norm_entropy) -> str:
+    """A Markdown table, one row per layer: the mean pairwise cosine across positions of the
+    attention outputs and of the residual stream (``capture.layer_cosines``), and the layer's
+    head-mean normalised entropy."""
+    lines = ["| layer | attention-output cosine | residual cosine | norm_entropy (head mean) |",
+             "|---|---|---|---|"]
+    for layer, (attn, resid) in enumerate(zip(cosines["attn_out"], cosines["residual"],
+                                              strict=True)):
+        lines.append(f"| L{layer} | {attn:.4f} | {resid:.4f} | "
+                     f"{float(np.mean(norm_entropy[layer])):.4f} |")
+    return "\n".join(lines)
+
+
+def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: int) -> str:
+    """``occlusion.png`` (weights beside occlusion importance for four queries of example 0)
+    and ``occlusion.csv`` (one row per scored query); returns the median-rho line."""
+    result = occlusion_agreement(config, params, probe, draws=draws, seed=config.seed)
+    with open(out / "occlusion.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["example", "query", "spearman_rho"])
+        for b, i in zip(*np.nonzero(result["queries"]), strict=True):
+            writer.writerow([int(b), int(i), f"{result['rho'][b, i]:.6g}"])
+    shown = np.flatnonzero(result["queries"][0])
+    if shown.size:
+        shown = shown[np.unique(np.linspace(0, shown.size - 1, min(4, shown.size)).round()
+                                .astype(int))]
+        labels = token_labels(probe["inputs"][0], byte_level=config.data.task == "text")
+        plot_occlusion(result, 0, shown, labels, out / "occlusion.png",
+                       f"{name}: last-layer attention (head mean) vs occlusion importance "
+                       f"({draws} random replacements per key), example 0")
+    count = int(result["queries"].sum())
+    return (f"Occlusion: median Spearman rho between the last layer's head-mean weights and the "
+            f"loss rise when a key is replaced: {result['median']:.4f} over {count} queries "
+            f"({draws} draws per key).")
+
+
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
                            which: str = "best", max_tokens: int = 64,
-                           length: int | None = None) -> str:
+                           length: int | None = None, overrides=(),
+                           occlusion: bool = False, draws: int = 8) -> str:
     """Attention pictures and per-head statistics of a run's checkpoint (``which``: best or
     latest) on a probe (``text`` for byte-level runs, else the first ``batch`` validation
     examples, default 4): ``L{l}H{h}.png`` per head and ``grid.png`` for example 0,
-    ``head_stats.md`` / ``head_stats.csv`` over the whole probe. ``length``: the probe's length
-    (default the training length; longer probes show the heads beyond it). Returns the
-    Markdown table."""
+    ``head_stats.md`` / ``head_stats.csv`` over the whole probe, ``head_stats.md`` led by a
+    per-layer table (``format_layer_table``). ``length``: the probe's length (default the
+    training length; longer probes show the heads beyond it); ``overrides``: dotted
+    ``KEY=VALUE`` config overrides for this evaluation (e.g.
+    ``model.attention.scale_multiplier=1e-6``). With ``occlusion``, also the occlusion
+    attribution of ``attnjax.analysis.occlusion`` with ``draws`` replacements per key:
+    ``occlusion.png``, ``occlusion.csv``. Returns the Markdown tables (the per-head one last)."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
     if text is not None and batch is not None:
@@ -159,10 +202,15 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
         raise ValueError(f"batch must be >= 1, got {batch}")
     if length is not None and length < 2:
         raise ValueError(f"length must be >= 2, got {length}")
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1, got {draws}")
     config, params, step = RunDir(run_dir).params(which)
+    if overrides:
+        config = apply_overrides(config, overrides)
     if length is not None:
         config.model.check_lengths((length,))       # e.g. a learned table has max_length rows
-    tokens = probe_batch(config, text=text, batch_size=batch or 4, length=length)
+    probe = probe_examples(config, text=text, batch_size=batch or 4, length=length)
+    tokens = probe["inputs"]
     weights = attention_weights(config, params, tokens)[:, 0]          # [layers, heads, T, T]
     labels = token_labels(tokens[0], byte_level=config.data.task == "text")
     out = Path(out_dir)
@@ -174,9 +222,14 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
                            out / f"L{layer}H{head}.png", max_tokens=max_tokens)
     plot_head_grid(weights, out / "grid.png", f"{name}: attention, example 0")
     stats = head_statistics(config, params, tokens)
+    layers = format_layer_table(layer_cosines(config, params, tokens), stats["norm_entropy"])
     table = format_head_table(stats)
-    probe = "text probe" if text is not None else f"{tokens.shape[0]} validation examples"
-    (out / "head_stats.md").write_text(f"# Per-head statistics: {name}, {probe}, "
-                                       f"T={tokens.shape[1]}\n\n{table}\n")
+    source = "text probe" if text is not None else f"{tokens.shape[0]} validation examples"
+    (out / "head_stats.md").write_text(f"# Per-head statistics: {name}, {source}, "
+                                       f"T={tokens.shape[1]}\n\n## Per layer\n\n{layers}\n\n"
+                                       f"## Per head\n\n{table}\n")
     write_stats_csv(stats, out / "head_stats.csv")
-    return table
+    parts = [layers]
+    if occlusion:
+        parts.append(_occlusion_part(config, params, probe, out, name, draws))
+    return "\n\n".join([*parts, table])

@@ -2,7 +2,9 @@
 
 Split: the first ``1 - val_fraction`` of the corpus trains, the rest validates (a contiguous
 tail, so no window straddles both). A window of ``L + 1`` tokens gives ``inputs = w[:-1]`` and
-``targets = w[1:]``, all scored. Window offsets are a pure function of the batch key.
+``targets = w[1:]``, all scored; with ``data.bos_token`` a window of ``L`` tokens gives
+``inputs = [bos] + w[:-1]`` and ``targets = w``; ``data.padding`` pads examples of random
+lengths (``attnjax.data.padding``). Window offsets are a pure function of the batch key.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax.data.padding import PLAIN, Framing
 from attnjax.data.task import Task
 from attnjax.registry import TASKS
 
@@ -54,9 +57,11 @@ class ByteCorpus:
     vocab_size = 256
     on_device = True
 
-    def __init__(self, path: str | None, val_fraction: float = 0.1):
+    def __init__(self, path: str | None, val_fraction: float = 0.1,
+                 framing: Framing = PLAIN):
         self.tokens = read_bytes(path)
         self.val_fraction = val_fraction
+        self.framing = framing
         self._device = jnp.asarray(self.tokens)
 
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
@@ -65,10 +70,9 @@ class ByteCorpus:
             raise ValueError(f"the {split} split has {end - start} tokens, fewer than "
                              f"data.length + 1 = {length + 1}")
         offsets = jax.random.randint(key, (batch_size,), start, end - length)
-        windows = jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (length + 1,)))(
-            offsets).astype(jnp.int32)
-        return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
-                "weights": jnp.ones((batch_size, length), jnp.float32)}
+        size = self.framing.window(length)
+        windows = jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (size,)))(offsets)
+        return self.framing.device(key, windows, self.vocab_size)
 
 
 class TokenFile:
@@ -79,7 +83,8 @@ class TokenFile:
     """
     on_device = False
 
-    def __init__(self, path: str, dtype: str, vocab_size: int, val_fraction: float = 0.1):
+    def __init__(self, path: str, dtype: str, vocab_size: int, val_fraction: float = 0.1,
+                 framing: Framing = PLAIN):
         if not Path(path).is_file():
             raise FileNotFoundError(f"data.path={path!r} is not a file")
         self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
@@ -91,6 +96,7 @@ class TokenFile:
                                  f"[0, {vocab_size})")
         self.vocab_size = vocab_size
         self.val_fraction = val_fraction
+        self.framing = framing
 
     def sample_host(self, seed_sequence: list[int], batch_size: int, length: int,
                     split: str) -> dict:
@@ -100,9 +106,9 @@ class TokenFile:
                              f"data.length + 1 = {length + 1}")
         rng = np.random.default_rng(seed_sequence)
         offsets = rng.integers(start, end - length, size=batch_size)
-        windows = np.stack([self.tokens[o:o + length + 1] for o in offsets]).astype(np.int32)
-        return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
-                "weights": np.ones((batch_size, length), np.float32)}
+        size = self.framing.window(length)
+        windows = np.stack([self.tokens[o:o + size] for o in offsets])
+        return self.framing.host(seed_sequence, windows, self.vocab_size)
 
 
 def _check_text(config):
@@ -115,8 +121,11 @@ def _check_tokens(config):
         raise ValueError("data.path is required for task='tokens'")
 
 
-TASKS.register("text", Task(lambda c: ByteCorpus(c.path, c.val_fraction), ("path",),
-                            _check_text))
+# the data fields of attnjax.data.padding, read by both corpora
+FRAMING_FIELDS = ("bos_token", "padding", "min_length", "pad_token")
+
+TASKS.register("text", Task(lambda c: ByteCorpus(c.path, c.val_fraction, Framing.of(c)),
+                            ("path",) + FRAMING_FIELDS, _check_text))
 TASKS.register("tokens", Task(
-    lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction),
-    ("path", "vocab_size", "token_dtype"), _check_tokens))
+    lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction, Framing.of(c)),
+    ("path", "vocab_size", "token_dtype") + FRAMING_FIELDS, _check_tokens))

@@ -2,24 +2,34 @@
 
 Slots, in order (each set by one config field and resolved from a registry; none aware of
 the others, see ``attnjax.nn.slots``):
-1. projections (fused qkv or separate; ``num_kv_heads`` for GQA/MQA)
+1. projections (fused qkv, separate, or one matmul per head; ``num_kv_heads`` for GQA/MQA;
+   ``head_dim`` H of queries and keys, ``value_head_dim`` D of values)
 2. q/k transform: ``qk_norm`` (``QK_NORMS``), then the position encoding's ``rotate`` hook
 3. score bias: the position encoding's ``bias`` hook (ALiBi, T5); masks (causal, window)
 4. kernel: ``kernel`` (``KERNELS``), with its own settings (e.g. ``block_q``)
 5. score shaping: ``scale`` (``SCALES``), ``logit_soft_cap``, ``sink`` (``SINKS``)
 6. probability dropout and 7. output dropout: ``dropout`` (``DROPOUTS``), then the output
-   projection
+   projection (``output_projection``: dense, none, frozen)
+
+``attnjax.nn.layouts.convert_projections`` re-lays the q, k, v parameters out between the
+fused, separate and per-head layouts (the same function, so layouts compare at equal weights).
+
+References: Vaswani et al. 2017, "Attention Is All You Need" (multi-head attention, W_o).
 """
 
 from __future__ import annotations
 
+import functools
+import zlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnjax.config import ModelConfig
-from attnjax.nn.slots import (kernel_request, kernel_settings, probability_dropout,
-                              projection_init, score_arguments)
+from attnjax.nn.slots import (head_init, kernel_request, kernel_settings, padding_arguments,
+                              probability_dropout, projection_init, score_arguments)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
 from attnjax.ops.stats import causal_max_logit
@@ -60,18 +70,26 @@ class MultiHeadAttention(nn.Module):
     refused, and a step that would write past the end returns NaN (a cache cannot hold it;
     ``attnjax.generate.sample`` refuses such a request up front).
 
-    ``head_gates`` ``[N]`` (optional) multiplies head h's output ``[B, T, N, H]`` by
+    ``head_gates`` ``[N]`` (optional) multiplies head h's output ``[B, T, N, D]`` by
     ``head_gates[h]`` before the output projection: 0 knocks the head out, and the gradient
     with respect to the gates is the head importance of Michel et al. 2019. ``None`` leaves
     the computation untouched.
+
+    The output projection maps the heads ``o`` ``[B, T, N, D]`` to ``[B, T, d_model]``:
+    ``dense``: ``sum_{n,e} o[n, e] W_o[n, e, :]`` with a trained ``out`` kernel ``[N, D,
+    d_model]`` (and bias with ``use_bias``); ``none``: the concatenation ``concat_n o[n]``
+    itself (``N D = d_model``; no ``out`` parameter, so the heads are not mixed before the
+    residual); ``frozen``: ``concat_n o[n] @ W`` with ``W`` the fixed orthogonal matrix of
+    ``frozen_projection``, no bias.
     """
     config: ModelConfig
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic: bool = True, decode: bool = False,
-                 return_weights: bool = False, head_gates=None):
+                 return_weights: bool = False, head_gates=None, token_mask=None):
         cfg, att = self.config, self.config.attention
-        kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights)
+        kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
+                                   padded=token_mask is not None)
         q, k, v = self._project(x)
         q, k = QK_NORMS.get(att.qk_norm).apply(self, q, k, att, jnp.dtype(cfg.dtype))
         position = POSITIONS.get(cfg.position.kind)
@@ -79,6 +97,8 @@ class MultiHeadAttention(nn.Module):
             q, k = position.rotate(q, k, positions, positions, cfg)
         extra = self._update_cache(k, v, positions) if decode else {}
         k, v = extra.pop("key", k), extra.pop("value", v)
+        if token_mask is not None:
+            extra.update(padding_arguments(att, positions, token_mask))
         bias = position.bias(self, cfg) if position.bias is not None else None
         scale = SCALES.get(att.scale).scale(self, att, cfg.head_dim)
         if self.is_mutable_collection("intermediates") and not decode:
@@ -93,26 +113,55 @@ class MultiHeadAttention(nn.Module):
             self.sow("intermediates", "attn_weights", weights)
         if head_gates is not None:
             out = out * jnp.asarray(head_gates)[:, None].astype(out.dtype)
-        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
-                              dtype=jnp.dtype(cfg.dtype), name="out",
-                              kernel_init=projection_init(att, [("o", cfg.d_model)]))(out)
+        out = self._output_projection(out)
         if DROPOUTS.get(att.dropout).on_output:
             out = Dropout(att.dropout_rate)(out, deterministic=deterministic)
         return out, weights
 
     def _project(self, x):
-        """Slot 1: queries ``[B, T, N, H]``, keys and values ``[B, T, K, H]``."""
+        """Slot 1: queries ``[B, T, N, H]``, keys ``[B, T, K, H]``, values ``[B, T, K, D]``.
+
+        Layouts (same function; ``convert_projections`` maps the parameters): fused, one
+        matmul, kernel ``qkv`` ``[d, N + 2K, H]`` (``[d, (N + K) H + K D]`` when ``D != H``);
+        separate, ``query`` ``[d, N, H]``, ``key`` ``[d, K, H]``, ``value`` ``[d, K, D]``;
+        per head, ``query_n`` / ``key_j`` ``[d, H]`` and ``value_j`` ``[d, D]``, one matmul
+        each (every head's kernel drawn as its columns of the separate kernel would be)."""
         cfg, att = self.config, self.config.attention
-        N, K, H = att.num_heads, att.kv_heads, cfg.head_dim
-        dense = lambda features, name, parts: nn.DenseGeneral(
+        N, K, H, D = att.num_heads, att.kv_heads, cfg.head_dim, cfg.value_head_dim
+        dense = lambda features, name, init: nn.DenseGeneral(
             features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype), name=name,
-            kernel_init=projection_init(att, parts))
-        if att.fused_qkv:
-            qkv = dense((N + 2 * K, H), "qkv", [("q", N * H), ("k", K * H), ("v", K * H)])(x)
+            kernel_init=init)
+        parts = [("q", N * H), ("k", K * H), ("v", K * D)]
+        if att.fused_qkv and D == H:
+            qkv = dense((N + 2 * K, H), "qkv", projection_init(att, parts))(x)
             return jnp.split(qkv, [N, N + K], axis=2)
-        return (dense((N, H), "query", [("q", N * H)])(x),
-                dense((K, H), "key", [("k", K * H)])(x),
-                dense((K, H), "value", [("v", K * H)])(x))
+        if att.fused_qkv:
+            qkv = dense(sum(w for _, w in parts), "qkv", projection_init(att, parts))(x)
+            q, k, v = jnp.split(qkv, [N * H, (N + K) * H], axis=-1)
+            lead = x.shape[:-1]
+            return q.reshape(*lead, N, H), k.reshape(*lead, K, H), v.reshape(*lead, K, D)
+        if att.per_head_projections:
+            heads = lambda name, part, count, width: jnp.stack(
+                [dense(width, f"{name}_{i}", head_init(att, part, count, width, i))(x)
+                 for i in range(count)], axis=-2)
+            return heads("query", "q", N, H), heads("key", "k", K, H), heads("value", "v", K, D)
+        return (dense((N, H), "query", projection_init(att, [("q", N * H)]))(x),
+                dense((K, H), "key", projection_init(att, [("k", K * H)]))(x),
+                dense((K, D), "value", projection_init(att, [("v", K * D)]))(x))
+
+    def _output_projection(self, heads):
+        """``[B, T, N, D]`` -> ``[B, T, d_model]`` as ``output_projection`` says (see the
+        class docstring)."""
+        cfg, att = self.config, self.config.attention
+        if att.output_projection == "dense":
+            return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
+                                   dtype=jnp.dtype(cfg.dtype), name="out",
+                                   kernel_init=projection_init(att, [("o", cfg.d_model)]))(heads)
+        concat = heads.reshape(*heads.shape[:-2], -1)                    # [B, T, N D]
+        if att.output_projection == "none":
+            return concat
+        w = frozen_projection("/".join(self.scope.path), concat.shape[-1], cfg.d_model)
+        return jnp.dot(concat, jnp.asarray(w, concat.dtype))
 
     def _sow_diagnostics(self, q, k, scale, with_qk: bool):
         """What diagnostics read: the largest causal logit per head, and with ``with_qk`` the
@@ -134,7 +183,8 @@ class MultiHeadAttention(nn.Module):
                              f"(model.max_length={length})")
         initialized = self.has_variable("cache", "key")
         cached_k = self.variable("cache", "key", jnp.zeros, (B, length, K, H), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (B, length, K, H), v.dtype)
+        cached_v = self.variable("cache", "value", jnp.zeros, (B, length, K, v.shape[3]),
+                                 v.dtype)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if not initialized:  # the init call only creates the cache
             return {}
@@ -149,3 +199,28 @@ class MultiHeadAttention(nn.Module):
                     key_positions=jnp.arange(length)[None, :],
                     key_value_seq_lengths=jnp.full((B,), jnp.minimum(start + T, length),
                                                    jnp.int32))
+
+
+@functools.lru_cache(maxsize=64)
+def frozen_projection(name: str, rows: int, cols: int) -> np.ndarray:
+    """The fixed output projection of ``output_projection='frozen'``: float32 ``[rows, cols]``,
+    rows ``:rows`` and columns ``:cols`` of a Haar-random orthogonal ``m x m`` matrix, ``m =
+    max(rows, cols)`` (QR of a standard normal matrix, columns signed so that R's diagonal is
+    positive; Mezzadri 2007), drawn by NumPy's PCG64 seeded with the CRC-32 of ``name`` (the
+    module path, e.g. ``block_0/attention``, so every layer has its own). ``W^T W = I`` when
+    ``rows >= cols``, else ``W W^T = I``.
+
+    A constant of the architecture rather than a parameter: it is in no parameter tree, so it
+    has no optimizer state, weight decay (which ``attnjax.train.optim`` applies to every
+    matrix) cannot move it, checkpoints and analyses of the parameters never see it, and it is
+    the same bit for bit at every step and in every process; the price is that it does not
+    change with the run's seed. Computed once on the host and embedded in the program.
+
+    References: Mezzadri 2007, "How to generate random matrices from the classical compact
+    groups".
+    """
+    m = max(rows, cols)
+    q, r = np.linalg.qr(np.random.default_rng(zlib.crc32(name.encode())).standard_normal((m, m)))
+    w = (q * np.sign(np.diag(r)))[:rows, :cols].astype(np.float32)
+    w.flags.writeable = False
+    return w

@@ -1,7 +1,9 @@
 """Probing a model's forward pass: the attention probabilities of every layer and the
 per-head statistics of ``attnjax.ops.stats`` computed from them and from what the attention
-modules sow (queries, keys, scales). Jittable; used by the training diagnostics
-(``train.head_metrics``) and by the analysis tools."""
+modules sow (queries, keys, scales), and the hidden states every block sows: the attention
+sub-layer's output ``attn_out`` (before the residual add) and the residual stream ``residual``
+after the block. Jittable; used by the training diagnostics (``train.head_metrics``) and by the
+analysis tools."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from attnjax.nn.transformer import DecoderLM, sown_by_layer
 from attnjax.ops import stats
 
 STATS = stats.WEIGHT_STATS + ("induction",) + stats.QK_STATS
+STREAMS = ("attn_out", "residual")
 
 
 def capture(model: ModelConfig, params, tokens) -> tuple[jax.Array, list[dict]]:
     """``(weights [layers, B, heads, T, T] float32, what each layer sowed)`` from one forward
-    pass with ``return_weights``."""
+    pass with ``return_weights`` (``sown_by_layer``: the attention module's values and the
+    block's ``attn_out`` and ``residual``)."""
     (_, aux), state = DecoderLM(model).apply({"params": params}, tokens, return_weights=True,
                                              mutable=["intermediates"])
     weights = jnp.stack([w.astype(jnp.float32) for w in aux["attn_weights"]])
@@ -30,3 +34,18 @@ def head_stat_arrays(model: ModelConfig, params, tokens) -> dict[str, jax.Array]
     per_layer = [stats.qk_statistics(s["queries"], s["keys"], s["scale"]) for s in sown]
     return {**stats.weight_statistics(weights), "induction": stats.induction_score(weights, tokens),
             **{name: jnp.stack([s[name] for s in per_layer]) for name in stats.QK_STATS}}
+
+
+def capture_streams(model: ModelConfig, params, tokens) -> dict[str, jax.Array]:
+    """``{"attn_out", "residual"}``, each ``[layers, B, T, d_model]`` float32, from one forward
+    pass (the model's own kernel: no weights are materialised)."""
+    _, state = DecoderLM(model).apply({"params": params}, tokens, mutable=["intermediates"])
+    sown = sown_by_layer(state["intermediates"], model.num_layers)
+    return {name: jnp.stack([s[name].astype(jnp.float32) for s in sown]) for name in STREAMS}
+
+
+def stream_cosines(model: ModelConfig, params, tokens) -> dict[str, jax.Array]:
+    """``stats.mean_pairwise_cosine`` of each stream per layer, name -> ``[layers]``:
+    ``attn_out`` is SC10's "mean pairwise cosine of attention outputs across positions"."""
+    return {name: stats.mean_pairwise_cosine(x)
+            for name, x in capture_streams(model, params, tokens).items()}

@@ -144,33 +144,66 @@ def projection_init(att, parts: list[tuple[str, int]]):
     return init
 
 
+def head_init(att, part: str, heads: int, width: int, head: int):
+    """The initializer of head ``head``'s own ``[fan_in, width]`` kernel in the per-head
+    layout: its columns of a ``[fan_in, heads * width]`` kernel drawn by ``projection_init``,
+    so each entry has the distribution it has in the separate layout (xavier's fan-out, for
+    one, is the whole projection's, not the head's)."""
+    whole = projection_init(att, [(part, heads * width)])
+
+    def init(key, shape, dtype=jnp.float32):
+        return whole(key, (shape[0], heads * width), dtype)[:, head * width:(head + 1) * width]
+    return init
+
+
 # the options a KV-cache step asks of the kernel: queries placed after the cached keys
 DECODE_OPTIONS = frozenset({"positions", "padding", "cross_attention"})
 
 
 def score_arguments(att) -> dict:
     """The static mask and score-shaping arguments of ``dot_product_attention`` a
-    ``model.attention`` config asks for (a causal decoder; window; soft-capping)."""
-    return dict(is_causal=True,
+    ``model.attention`` config asks for (causal unless ``causal=False``; window;
+    soft-capping)."""
+    return dict(is_causal=att.causal,
                 local_window_size=None if att.window is None else (att.window - 1, 0),
                 logit_soft_cap=att.logit_soft_cap)
 
 
-def kernel_request(model, *, decode: bool = False,
-                   return_weights: bool = False) -> tuple[str, frozenset]:
+def padding_arguments(att, positions: jax.Array, token_mask: jax.Array) -> dict:
+    """The arguments of ``dot_product_attention`` for a padded batch, ``token_mask`` ``[B, T]``
+    True at real tokens: the per-example ``positions`` ``[B|1, T]`` for every position-based
+    mask and bias, and with ``key_padding_mask`` segment ids ``1`` for real tokens and ``0``
+    for pads, so key j is visible from query i only if ``token_mask`` agrees at i and j: a
+    real token never sees a pad, and a pad sees pads (at least itself), so no row is empty."""
+    positions = jnp.broadcast_to(positions, token_mask.shape)
+    arguments = dict(query_positions=positions, key_positions=positions)
+    if att.key_padding_mask:
+        arguments["segment_ids"] = token_mask.astype(jnp.int32)
+    return arguments
+
+
+def kernel_request(model, *, decode: bool = False, return_weights: bool = False,
+                   padded: bool = False) -> tuple[str, frozenset]:
     """``(kernel, options)``: the kernel a ``ModelConfig`` runs and the ``OPTIONS`` it asks of
     it, for training (``decode=False``) or a KV-cache step, with or without returning the
     weights (a kernel that cannot return them is swapped for ``reference``, which computes the
-    same function). Raises a one-line ValueError naming ``model.attention.kernel`` when the
-    kernel cannot honour them, or the position encoding cannot decode."""
+    same function), on padded batches or not (``padded``: what ``padding_arguments`` passes).
+    Raises a one-line ValueError naming ``model.attention.kernel`` when the kernel cannot
+    honour them, or the field that cannot decode (``model.attention.causal``, the position
+    encoding)."""
     att = model.attention
     scores = score_arguments(att)
     asks = set(requested_options(
         bias=True if POSITIONS.get(model.position.kind).bias is not None else None,
         window=scores["local_window_size"], logit_soft_cap=scores["logit_soft_cap"],
-        dropout_rate=att.dropout_rate if DROPOUTS.get(att.dropout).on_probs else 0.0))
+        dropout_rate=att.dropout_rate if DROPOUTS.get(att.dropout).on_probs else 0.0,
+        value_head_dim=model.value_head_dim != model.head_dim,
+        positions=padded, segment=padded and att.key_padding_mask))
     asks |= SCALES.get(att.scale).asks | SINKS.get(att.sink).asks
     if decode:
+        if not att.causal:
+            raise ValueError("decoding with the KV cache: model.attention.causal=False cannot "
+                             "decode (a later token would change the earlier outputs)")
         asks |= DECODE_OPTIONS
         position = POSITIONS.get(model.position.kind)
         if position.decode_check is not None:

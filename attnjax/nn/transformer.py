@@ -39,10 +39,15 @@ def knockout_gates(config: ModelConfig, head_gates=None):
 
 
 def sown_by_layer(intermediates: dict, num_layers: int) -> list[dict]:
-    """What each layer's attention sowed into ``intermediates`` (``max_logit``, and with
-    ``return_weights`` ``queries``, ``keys``, ``scale`` and ``attn_weights``), in layer order."""
-    return [{name: values[0] for name, values in intermediates[f"block_{i}"]["attention"].items()}
-            for i in range(num_layers)]
+    """What each layer sowed into ``intermediates``, in layer order: its attention module's
+    ``max_logit`` (and with ``return_weights`` ``queries``, ``keys``, ``scale`` and
+    ``attn_weights``) and the block's ``attn_out`` (the attention sub-layer's output, before
+    dropout and the residual add) and ``residual`` (the residual stream after the block), each
+    ``[B, T, d_model]``."""
+    def layer(scope: dict) -> dict:
+        own = {name: values for name, values in scope.items() if isinstance(values, tuple)}
+        return {name: values[0] for name, values in {**scope["attention"], **own}.items()}
+    return [layer(intermediates[f"block_{i}"]) for i in range(num_layers)]
 
 
 def token_scale(config: ModelConfig) -> float:
@@ -80,14 +85,14 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
-                 head_gates=None):
+                 head_gates=None, token_mask=None):
         cfg = self.config
         norm = lambda name: NORMS[cfg.norm](dtype=jnp.dtype(cfg.dtype), name=name)
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         attention = MultiHeadAttention(cfg, name="attention")
         mlp = FeedForward(cfg, name="mlp")
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights,
-                      head_gates=head_gates)
+                      head_gates=head_gates, token_mask=token_mask)
         if cfg.norm_position == "pre":
             y, weights = attention(norm("attention_norm")(x), positions, **kwargs)
             x = x + drop(y)
@@ -96,6 +101,8 @@ class Block(nn.Module):
             y, weights = attention(x, positions, **kwargs)
             x = norm("attention_norm")(x + drop(y))
             x = norm("mlp_norm")(x + drop(mlp(x)))
+        self.sow("intermediates", "attn_out", y)       # the attention sub-layer, before the add
+        self.sow("intermediates", "residual", x)       # the residual stream after the block
         return x, weights
 
 
@@ -109,15 +116,27 @@ class DecoderLM(nn.Module):
     layer's output projection (see ``MultiHeadAttention``); the heads listed in
     ``attention.knockout`` are gated to 0 on top, in training and evaluation alike. With no
     gates and no knockout nothing is multiplied (the computation is exactly the ungated one).
+
+    ``token_mask`` ``[B, T]`` (a padded batch, see ``attnjax.data.padding``) is True at real
+    tokens and False at pads; ``positions`` ``[B, T]`` then number each example's real tokens
+    0..n-1 wherever its pads are. Every layer's attention gets the positions (for its masks
+    and biases) and, with ``attention.key_padding_mask``, the key-padding mask: query i sees
+    key j only where ``token_mask[i] == token_mask[j]`` (and causally, unless
+    ``attention.causal=False``), so a real token never sees a pad and its logits are those of
+    the unpadded sequence; a pad sees pads only, so no row is empty. With
+    ``key_padding_mask=False`` the pads stay visible (the ablation). ``None``: unpadded.
     """
     config: ModelConfig
 
     @nn.compact
     def __call__(self, tokens, positions=None, *, deterministic: bool = True,
-                 decode: bool = False, return_weights: bool = False, head_gates=None):
+                 decode: bool = False, return_weights: bool = False, head_gates=None,
+                 token_mask=None):
         cfg = self.config
         dtype = jnp.dtype(cfg.dtype)
         head_gates = knockout_gates(cfg, head_gates)
+        if token_mask is not None and decode:
+            raise ValueError("token_mask (a padded batch) cannot be decoded with the KV cache")
         if positions is None:
             offset = 0
             if decode:
@@ -140,7 +159,7 @@ class DecoderLM(nn.Module):
             x, w = Block(cfg, name=f"block_{i}")(
                 x, positions, deterministic=deterministic, decode=decode,
                 return_weights=return_weights,
-                head_gates=None if head_gates is None else head_gates[i])
+                head_gates=None if head_gates is None else head_gates[i], token_mask=token_mask)
             weights.append(w)
         if cfg.norm_position == "pre":
             x = NORMS[cfg.norm](dtype=dtype, name="final_norm")(x)

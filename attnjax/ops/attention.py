@@ -2,7 +2,9 @@
 
 Layout is BTNH (``[batch, seq, heads, head_dim]``) as in ``jax.nn.dot_product_attention``; key
 and value may have fewer heads ``K`` than the query's ``N`` (GQA; ``K = 1`` is MQA) as long as
-``K`` divides ``N``: query head ``n`` reads kv head ``n // (N // K)``.
+``K`` divides ``N``: query head ``n`` reads kv head ``n // (N // K)``. Query and key share their
+width ``H`` (the scores are ``q.k``); the value may have its own width ``D`` (option
+``value_head_dim``), which is then the width of the output.
 
 For one query row the math every softmax kernel implements is::
 
@@ -42,7 +44,8 @@ Bias = jax.Array | BiasFn | None
 
 # Option names a kernel may or may not honour; the front door and the config check use these.
 OPTIONS = ("bias", "mask", "positions", "window", "block_causal", "segment", "padding",
-           "per_head_scale", "softcap", "sink", "dropout", "return_weights", "cross_attention")
+           "per_head_scale", "softcap", "sink", "dropout", "return_weights", "cross_attention",
+           "value_head_dim")
 
 
 class KernelSpec(NamedTuple):
@@ -188,7 +191,7 @@ def _reference(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dr
         dropped = jnp.where(keep, probs / (1.0 - dropout.rate), 0.0)
     out = jnp.einsum("bkgqs,bskh->bqkgh", dropped.astype(value.dtype), value,
                      preferred_element_type=probs.dtype)
-    out = out.reshape(B, T, N, H).astype(query.dtype)
+    out = out.reshape(B, T, N, value.shape[-1]).astype(query.dtype)
     if return_weights:
         return out, probs.reshape(B, N, T, S)
     return out
@@ -209,8 +212,9 @@ def _as_4d(x: jax.Array | None, name: str) -> jax.Array | None:
 def requested_options(*, bias=None, mask=None, positions=False, window=None,
                       block_causal=None, segment=False, padding=False, scale=None,
                       logit_soft_cap=None, sink=None, dropout_rate=0.0, return_weights=False,
-                      cross_attention=False) -> frozenset:
-    """The option names (see ``OPTIONS``) a call or a config asks a kernel to honour."""
+                      cross_attention=False, value_head_dim=False) -> frozenset:
+    """The option names (see ``OPTIONS``) a call or a config asks a kernel to honour
+    (``value_head_dim``: the value's width differs from the query's and key's)."""
     asked = {
         "bias": bias is not None, "mask": mask is not None, "positions": positions,
         "window": window is not None, "block_causal": block_causal is not None,
@@ -218,7 +222,7 @@ def requested_options(*, bias=None, mask=None, positions=False, window=None,
         "per_head_scale": scale is not None and np.ndim(scale) > 0,
         "softcap": logit_soft_cap is not None, "sink": sink is not None,
         "dropout": rate_active(dropout_rate), "return_weights": return_weights,
-        "cross_attention": cross_attention,
+        "cross_attention": cross_attention, "value_head_dim": value_head_dim,
     }
     return frozenset(name for name, on in asked.items() if on)
 
@@ -254,7 +258,8 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
 
     Args:
       query: ``[B, Tq, N, H]``.
-      key, value: ``[B, Tk, K, H]`` with ``K`` dividing ``N`` (GQA / MQA).
+      key: ``[B, Tk, K, H]`` with ``K`` dividing ``N`` (GQA / MQA).
+      value: ``[B, Tk, K, D]``; ``D != H`` asks for the option ``value_head_dim``.
       bias: additive logit bias broadcastable to ``[B, N, Tq, Tk]``, or a function
         ``bias(q_positions [B|1, tq], k_positions [B|1, tk]) -> [B|1, N|1, tq, tk]``.
       mask: boolean, broadcastable to ``[B, N, Tq, Tk]``; True = may attend.
@@ -277,13 +282,13 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
       **kernel_options: passed to the kernel (e.g. ``block_q``, ``block_k`` for ``chunked``).
 
     Returns:
-      ``[B, Tq, N, H]`` in the query's dtype (and the weights if asked).
+      ``[B, Tq, N, D]`` in the query's dtype (and the weights if asked).
     """
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError("query, key and value must be [batch, seq, heads, head_dim] (BTNH)")
     B, T, N, H = query.shape
     S, K = key.shape[1], key.shape[2]
-    if key.shape != value.shape[:3] + (H,) or value.shape[:3] != key.shape[:3]:
+    if key.shape[3] != H or value.shape[:3] != key.shape[:3]:
         raise ValueError(f"key {key.shape} and value {value.shape} must agree in batch, "
                          f"length and heads, and key's head_dim must equal the query's ({H})")
     if key.shape[0] != B or N % K:
@@ -303,7 +308,8 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
         segment=segment_ids is not None,
         padding=query_seq_lengths is not None or key_value_seq_lengths is not None,
         scale=scale, logit_soft_cap=logit_soft_cap, sink=sink, dropout_rate=dropout_rate,
-        return_weights=return_weights, cross_attention=T != S)
+        return_weights=return_weights, cross_attention=T != S,
+        value_head_dim=value.shape[3] != H)
     spec = check_kernel_supports(implementation, asked)
     if spec.causal_only_aligned and is_causal and T != S:
         raise ValueError(f"implementation={implementation!r} needs query and key of equal "

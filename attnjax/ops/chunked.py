@@ -42,7 +42,7 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
     """Chunked kernel with the signature shared by all registered kernels (see attention.py)."""
     del return_weights  # not supported: refused by the front door (it would cost n x n memory)
     B, T, N, H = query.shape
-    S, K = key.shape[1], key.shape[2]
+    S, K, D = key.shape[1], key.shape[2], value.shape[3]
     G = N // K
     bq, bk = min(block_q, T), min(block_k, S)
     q_blocks = _split_blocks(query.reshape(B, T, K, G, H), bq)   # [nq, B, bq, K, G, H]
@@ -82,21 +82,21 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
 
         # Initial carries derived from q, so they carry q's sharding (explicit-sharding meshes
         # require the scan carry types, shardings included, to stay equal).
-        acc0 = jnp.zeros_like(jnp.moveaxis(q, 1, 3), dtype=acc_dtype)         # [B,K,G,bq,H]
-        l0 = acc0[..., 0]
+        l0 = jnp.zeros_like(jnp.moveaxis(q, 1, 3)[..., 0], dtype=acc_dtype)  # [B,K,G,bq]
+        acc0 = jnp.repeat(l0[..., None], D, axis=-1)                         # [B,K,G,bq,D]
         if sink is None:
             m0 = l0 + fill
         else:
             m0, l0 = l0 + sink[:, :, None].astype(acc_dtype), l0 + 1.0
         (_, l, acc), _ = jax.lax.scan(jax.checkpoint(key_step), (m0, l0, acc0),
                                       (jnp.arange(k_blocks.shape[0]), k_blocks, v_blocks))
-        out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,K,G,bq,H]
-        return jnp.moveaxis(out, 3, 1).astype(query.dtype)                 # [B,bq,K,G,H]
+        out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,K,G,bq,D]
+        return jnp.moveaxis(out, 3, 1).astype(query.dtype)                 # [B,bq,K,G,D]
 
     out = jax.lax.map(jax.checkpoint(query_block), (jnp.arange(q_blocks.shape[0]), q_blocks))
     # Merging the block axes: under an explicit-sharding mesh the result must be told its
     # sharding, which is the query's (batch and heads as they came in).
-    out = jnp.reshape(jnp.moveaxis(out, 0, 1), (B, -1, N, H),
+    out = jnp.reshape(jnp.moveaxis(out, 0, 1), (B, -1, N, D),
                       out_sharding=jax.typeof(query).sharding if _explicit(query) else None)
     return out[:, :T]
 

@@ -52,9 +52,10 @@ def linear_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
     out = jnp.where(den[..., None] > 0, num / (den[..., None] + eps), 0.0)
     if mask.query_seq_lengths is not None:
         out = out * lengths_to_valid(mask.query_seq_lengths, jnp.arange(T))[..., None, None, None]
-    return out.reshape(B, T, N, H).astype(query.dtype)
+    return out.reshape(B, T, N, value.shape[3]).astype(query.dtype)
 
 
 KERNELS.register("linear", KernelSpec(
-    linear_attention, frozenset({"padding", "per_head_scale", "cross_attention"}),
+    linear_attention, frozenset({"padding", "per_head_scale", "cross_attention",
+                                 "value_head_dim"}),
     exact=False, causal_only_aligned=True))

@@ -91,7 +91,7 @@ def masked_fill_attention(query, key, value, *, bias, mask, scale, logit_soft_ca
                                axis=-1)
     out = jnp.einsum("bkgqs,bskh->bqkgh", probs.astype(value.dtype), value,
                      preferred_element_type=jnp.promote_types(value.dtype, dtype))
-    out = out.reshape(B, T, N, H).astype(query.dtype)
+    out = out.reshape(B, T, N, value.shape[3]).astype(query.dtype)
     if return_weights:
         return out, probs.reshape(B, N, T, S).astype(jnp.float32)
     return out
@@ -100,6 +100,6 @@ def masked_fill_attention(query, key, value, *, bias, mask, scale, logit_soft_ca
 KERNELS.register("masked_fill", KernelSpec(
     masked_fill_attention,
     frozenset({"bias", "mask", "positions", "window", "block_causal", "segment", "padding",
-               "per_head_scale", "return_weights", "cross_attention"}),
+               "per_head_scale", "return_weights", "cross_attention", "value_head_dim"}),
     exact=False, safe=False,
     settings=("mask_fill", "mask_mode", "logits_dtype", "mask_after_softmax", "causal_offset")))

@@ -24,10 +24,26 @@ From queries and keys (after qk-norm and RoPE): ``causal_max_logit``, the larges
 q_i . k_j`` over causal pairs per head (before score bias and soft-capping), and the RMS over
 tokens of each head's query and key norms (``qk_statistics``).
 
+Between vectors and distributions (float64 NumPy unless said otherwise):
+
+- ``cosine``: ``<a, b> / (||a|| ||b||)`` of two flattened arrays.
+- ``mean_pairwise_cosine`` (jax.numpy): for hidden states ``x`` ``[..., B, T, D]``, each
+  sequence's mean over the ``T (T - 1)`` ordered position pairs ``i != j`` of
+  ``cos(x_i, x_j)``, then the mean over the ``B`` sequences; near 1 when every position carries
+  about the same vector (uniform attention outputs the running mean of the values).
+- ``js_divergence``: Jensen-Shannon divergence ``JS(P, Q) = KL(P||M)/2 + KL(Q||M)/2``,
+  ``M = (P + Q)/2``, natural log: ``0 <= JS <= ln 2``, 0 iff ``P = Q``, ln 2 iff disjoint.
+- ``head_divergence``: for weights ``[layers, B, heads, T, T]``, the ``[layers, heads, heads]``
+  matrix of ``JS(p_{h,i}, p_{g,i})`` between two heads' rows, averaged over query rows
+  ``i >= start`` (row 0 is one-hot on key 0 for every head) and the ``B`` examples.
+- ``spearman``: Spearman's rank correlation, the Pearson correlation of the ranks (ties get
+  their average rank).
+
 References: Michel et al. 2019 (per-head analysis); Olsson et al. 2022, "In-context Learning
 and Induction Heads" (previous-token and induction heads); Xiao et al. 2023, "Efficient
 Streaming Language Models with Attention Sinks" (sink mass); Wortsman et al. 2023
-(attention-logit growth).
+(attention-logit growth); Lin 1991, "Divergence Measures Based on the Shannon Entropy"
+(Jensen-Shannon divergence).
 """
 
 from __future__ import annotations
@@ -85,6 +101,92 @@ def cosine(a, b) -> float:
     if na == 0 or nb == 0:
         return 1.0 if na == nb else float("nan")
     return float(np.clip(a @ b / (na * nb), -1.0, 1.0))
+
+
+def mean_pairwise_cosine(x) -> jax.Array:
+    """``x`` ``[..., B, T, D]`` -> ``[...]``: ``mean_b 1/(T (T - 1)) sum_{i != j} cos(x_bi,
+    x_bj)``, with ``cosine``'s conventions for zero vectors (1 for two, NaN for one); NaN when
+    ``T < 2``."""
+    x = jnp.asarray(x, jnp.float32)
+    if x.ndim < 3:
+        raise ValueError(f"x must be [..., B, T, D], got shape {x.shape}")
+    T = x.shape[-2]
+    if T < 2:
+        return jnp.full(x.shape[:-3], jnp.nan)
+    norm = jnp.linalg.norm(x, axis=-1)                                          # [..., B, T]
+    zero = norm == 0
+    unit = x / jnp.where(zero, 1.0, norm)[..., None]
+    gram = jnp.clip(jnp.einsum("...id,...jd->...ij", unit, unit), -1.0, 1.0)
+    both, one = zero[..., :, None] & zero[..., None, :], zero[..., :, None] ^ zero[..., None, :]
+    gram = jnp.where(both, 1.0, jnp.where(one, jnp.nan, gram))
+    off = ~jnp.eye(T, dtype=bool)
+    return (jnp.where(off, gram, 0.0).sum((-2, -1)) / (T * (T - 1))).mean(-1)
+
+
+def js_divergence(p, q, axis: int = -1) -> np.ndarray:
+    """Jensen-Shannon divergence (nats) of distributions along ``axis``: in ``[0, ln 2]``.
+
+    ``JS = KL(P||M)/2 + KL(Q||M)/2``, ``M = (P + Q)/2``, ``0 log 0 = 0``, in float64. Inputs
+    are not renormalised; a row that is all zeros in both (a query that sees no key) gives 0."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"q has shape {q.shape}, p has shape {p.shape}; they must match")
+    for name, x in (("p", p), ("q", q)):
+        if np.any(x < 0) or not np.all(np.isfinite(x)):
+            raise ValueError(f"{name} must be finite and non-negative (a distribution)")
+    m = 0.5 * (p + q)
+
+    def kl_to_m(x):     # sum x log(x / m) over x > 0 (there m >= x / 2 > 0)
+        safe = np.where(x > 0, x, 1.0)
+        return np.sum(np.where(x > 0, x * (np.log(safe) - np.log(np.where(x > 0, m, 1.0))), 0.0),
+                      axis=axis)
+
+    return np.clip(0.5 * kl_to_m(p) + 0.5 * kl_to_m(q), 0.0, np.log(2.0))
+
+
+def head_divergence(w, start: int = 1) -> np.ndarray:
+    """``[layers, heads, heads]``: entry ``(l, h, g)`` is ``JS(p_{lbhi}, p_{lbgi})`` (nats)
+    averaged over the query rows ``i >= start`` and the examples b of weights ``w`` ``[layers,
+    B, heads, T, T]``; symmetric, 0 on the diagonal, at most ln 2."""
+    w = np.asarray(w, np.float64)
+    if w.ndim != 5 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"weights must be [layers, B, heads, T, T], got shape {w.shape}")
+    if not 0 <= start < w.shape[-1]:
+        raise ValueError(f"start must be in [0, T) = [0, {w.shape[-1]}), got {start}")
+    rows = w[..., start:, :]
+    N = w.shape[2]
+    out = np.zeros((w.shape[0], N, N))
+    for h in range(N):
+        for g in range(h + 1, N):
+            out[:, h, g] = out[:, g, h] = js_divergence(rows[:, :, h], rows[:, :, g]).mean((1, 2))
+    return out
+
+
+def average_ranks(x) -> np.ndarray:
+    """Ranks 1..n of a 1-D array, ties given the mean of the ranks they span."""
+    x = np.asarray(x, np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"x must be 1-D, got shape {x.shape}")
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
+    ends = np.r_[starts[1:], x.size]                 # ties: sorted positions [start, end)
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
+def spearman(a, b) -> float:
+    """Spearman's rho of two 1-D arrays: the Pearson correlation of their ``average_ranks``;
+    NaN when either is constant or they hold fewer than 2 values."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if a.size != b.size:
+        raise ValueError(f"b has {b.size} elements, a has {a.size}; they must match")
+    if a.size < 2:
+        return float("nan")
+    ra, rb = average_ranks(a) - (a.size + 1) / 2, average_ranks(b) - (a.size + 1) / 2
+    denominator = np.sqrt((ra @ ra) * (rb @ rb))
+    return float(np.clip(ra @ rb / denominator, -1.0, 1.0)) if denominator > 0 else float("nan")
 
 
 def _check_weights(w) -> jax.Array:

@@ -2,8 +2,12 @@
 
 Position-based masks and bias functions are materialised as dense arrays first, a per-head
 scale is folded into the query, and rows that see no key are zeroed afterwards (jax.nn would
-return the mean of V there). Soft-capping, sinks, probability dropout and returning the weights
-are not available in jax.nn: the front door refuses them with the list of kernels that can.
+return the mean of V there). jax.nn wants one width for query, key and value: a value of
+another width ``D != H`` is computed exactly by zero-padding the narrower side to ``max(H, D)``
+(zero columns of q and k leave ``q.k`` unchanged; zero columns of v give output columns that
+are sliced off), at the cost of attending at the padded width. Soft-capping, sinks,
+probability dropout and returning the weights are not available in jax.nn: the front door
+refuses them with the list of kernels that can.
 """
 
 from __future__ import annotations
@@ -43,8 +47,13 @@ def jax_nn_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
     scaled_query = (query * head_scale[:, None].astype(query.dtype))
     if dense_bias is not None:
         dense_bias = dense_bias.astype(query.dtype)
-    out = jax.nn.dot_product_attention(scaled_query, key, value, bias=dense_bias, mask=visible,
-                                       scale=1.0, implementation=implementation)
+    D = value.shape[3]
+    width = max(H, D)
+    pad = lambda x: x if x.shape[3] == width else jnp.pad(
+        x, [(0, 0)] * 3 + [(0, width - x.shape[3])])
+    out = jax.nn.dot_product_attention(pad(scaled_query), pad(key), pad(value), bias=dense_bias,
+                                       mask=visible, scale=1.0,
+                                       implementation=implementation)[..., :D]
     if visible is not None:
         any_visible = jnp.broadcast_to(visible, (visible.shape[0], visible.shape[1], T, S)).any(-1)
         out = out * jnp.moveaxis(any_visible, 1, 2)[..., None].astype(out.dtype)

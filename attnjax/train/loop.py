@@ -27,15 +27,29 @@ from attnjax.train.logging import MetricsWriter, Progress
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
+from attnjax.train.strided import make_strided_eval_step, strided_options, windows
 
 
 def evaluate(config: Config, params, dataset: Dataset, lengths=None, *,
-             train_mode: bool = False) -> dict:
+             train_mode: bool = False, window: int | None = None, stride: int | None = None,
+             score_last: int | None = None) -> dict:
     """Validation loss and accuracy at each length (default: the training length plus
     ``data.eval_lengths``), over ``train.eval_batches`` fixed batches; ``train_mode``: with
-    dropout on, as the model trains."""
+    dropout on, as the model trains.
+
+    Given ``window``, ``stride`` or ``score_last``, strided evaluation
+    (``attnjax.train.strided``): each sequence is scored by windows of ``window`` tokens
+    (default: the training length) starting every ``stride`` tokens (default: the window,
+    disjoint segments), each window after the first scoring its last ``score_last`` targets
+    (default: the stride); the same targets as the ordinary evaluation. Combinations that
+    would leave a target unscored or score one twice are refused before anything compiles."""
+    strided = strided_options(config.data.length, window, stride, score_last)
+    if strided is not None:
+        for length in lengths or config.data.lengths:
+            windows(length, *strided)
+        config.model.check_lengths(strided[:1])
     return _evaluate_group([config], params, dataset, lengths, group=None,
-                           train_mode=train_mode)[0]
+                           train_mode=train_mode, strided=strided)[0]
 
 
 def _stack(trees: list):
@@ -49,11 +63,12 @@ def _per_run_batches(configs: list[Config], dataset: Dataset, step: int, size: i
 
 
 def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, group,
-                    train_mode: bool = False) -> list:
+                    train_mode: bool = False, strided: tuple | None = None) -> list:
     """``evaluate`` for runs in lockstep (``params`` stacked when ``group``)."""
     config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
-    step = _compiled_eval_step(hyper.structure(config), group, train_mode)
+    step = (_compiled_eval_step(hyper.structure(config), group, train_mode) if strided is None
+            else _compiled_strided_step(hyper.structure(config), group, train_mode, strided))
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
     for length in lengths:
@@ -82,6 +97,14 @@ def _compiled_eval_step(structure: Config, group, train_mode: bool):
     """One jitted eval step per structure, so evaluations do not recompile; the batch index
     (the dropout masks' counter with ``train_mode``) is shared by the runs of a group."""
     make = functools.partial(make_eval_step, train_mode=train_mode)
+    return _with_values(make, structure, group, in_axes=(0, 0, 0, None))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_strided_step(structure: Config, group, train_mode: bool, strided: tuple):
+    """``_compiled_eval_step`` over windows: ``strided`` = ``(window, stride, score_last)``
+    of ``make_strided_eval_step``."""
+    make = lambda config: make_strided_eval_step(config, *strided, train_mode=train_mode)
     return _with_values(make, structure, group, in_axes=(0, 0, 0, None))
 
 

@@ -68,19 +68,28 @@ class Runner:
     def run(self, state: TrainState, values: dict, host_batch: dict | None = None):
         """Advance ``steps_per_call`` steps with hyperparameter ``values`` (``hyper.as_arrays``);
         metrics are stacked over those steps (``[runs, steps]`` for a group)."""
-        if self.dataset.on_device:
-            state, metrics = self._fn(values, state)
-            if self.config.train.parallel == "pmap":
-                metrics = jax.tree_util.tree_map(lambda x: x[0], metrics)
-            return state, metrics
-        if self.config.train.parallel == "mesh":
-            state, metrics = self._fn(values, state, jax.device_put(host_batch, self._sharded))
-        else:
-            n = len(self.devices)
-            split = jax.tree_util.tree_map(lambda x: x.reshape(n, -1, *x.shape[1:]), host_batch)
-            state, metrics = self._fn(values, state, split)
+        state, metrics = self._fn(*self._arguments(state, values, host_batch))
+        if self.config.train.parallel == "pmap":
             metrics = jax.tree_util.tree_map(lambda x: x[0], metrics)
+        if self.dataset.on_device:
+            return state, metrics
         return state, jax.tree_util.tree_map(lambda x: x[..., None], metrics)
+
+    def lower(self, state: TrainState, values: dict, host_batch: dict | None = None):
+        """The program ``run`` dispatches, lowered for these arguments and not run:
+        ``.compile().memory_analysis()`` is what one dispatch allocates."""
+        return self._fn.lower(*self._arguments(state, values, host_batch))
+
+    def _arguments(self, state: TrainState, values: dict, host_batch: dict | None) -> tuple:
+        """The program's arguments: values, state and the host batch, placed on the mesh or
+        split per device (pmap)."""
+        if self.dataset.on_device:
+            return values, state
+        if self.config.train.parallel == "mesh":
+            return values, state, jax.device_put(host_batch, self._sharded)
+        n = len(self.devices)
+        return values, state, jax.tree_util.tree_map(lambda x: x.reshape(n, -1, *x.shape[1:]),
+                                                     host_batch)
 
 
 @functools.lru_cache(maxsize=16)

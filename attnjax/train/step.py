@@ -4,9 +4,11 @@ Objective on a batch with score weights ``w`` (``W = sum w`` over the *global* b
 
     loss = sum_t w_t [CE_t + z * log^2 Z_t] / W  +  sum_r c_r * R_r(attention)
 
-``CE`` is cross-entropy of the next token, ``Z`` the softmax normaliser of the output logits
-(z-loss, PaLM), ``R_r`` the active attention regularisers with coefficients ``c_r``
-(``attnjax.train.regularizers``: entropy, weight std, sharpening KL). Sums are
+``CE`` is cross-entropy of the next token (``w = 0`` on the pads of a padded batch, whose
+``positions`` and ``token_mask`` go to the model: ``attnjax.data.padding.model_arguments``),
+``Z`` the softmax normaliser of the output logits (z-loss, PaLM), ``R_r`` the active
+attention regularisers with coefficients ``c_r`` (``attnjax.train.regularizers``: entropy,
+weight std, sharpening KL). Sums are
 formed per micro-batch and per device and divided by the global ``W``, so gradient
 accumulation and data parallelism give the same update as one big batch. A step whose loss or
 gradient is not finite leaves parameters and optimizer state unchanged and is counted.
@@ -23,6 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from attnjax.config import Config
+from attnjax.data.padding import model_arguments
 from attnjax.nn import DecoderLM
 from attnjax.nn.probe import head_stat_arrays
 from attnjax.nn.transformer import sown_by_layer
@@ -73,8 +76,9 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     coefficient = lambda name: getattr(cfg, regularizers[name].coefficient)
 
     def objective(params, micro, rng, weight_total, replicas):
-        logits, aux = model.apply({"params": params}, micro["inputs"], deterministic=False,
-                                  return_weights=bool(regularizers), rngs={"dropout": rng})
+        logits, aux = model.apply({"params": params}, micro["inputs"], **model_arguments(micro),
+                                  deterministic=False, return_weights=bool(regularizers),
+                                  rngs={"dropout": rng})
         sums = token_sums(logits, micro)
         loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
         terms = {name: reg.term(aux["attn_weights"]) for name, reg in regularizers.items()}
@@ -136,7 +140,8 @@ def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
 
     def eval_step(params, batch, index):
         rng = jax.random.fold_in(stream_key(config.seed, EVAL_DROPOUT_STREAM), index)
-        logits, _ = model.apply({"params": params}, batch["inputs"], deterministic=not train_mode,
+        logits, _ = model.apply({"params": params}, batch["inputs"], **model_arguments(batch),
+                                deterministic=not train_mode,
                                 rngs={"dropout": rng} if train_mode else None)
         return token_sums(logits, batch)
 
@@ -151,7 +156,7 @@ def make_diagnostics(config: Config) -> Callable:
     model, cfg = DecoderLM(config.model), config.model
 
     def diagnostics(params, batch):
-        _, variables = model.apply({"params": params}, batch["inputs"],
+        _, variables = model.apply({"params": params}, batch["inputs"], **model_arguments(batch),
                                    mutable=["intermediates"])
         sown = sown_by_layer(variables["intermediates"], cfg.num_layers)
         out = {"max_attn_logit": jnp.max(jnp.stack([s["max_logit"] for s in sown]))}

@@ -1,0 +1,85 @@
+"""The compiled memory of a training step (claims HD2, CX3), without running it.
+
+``train_step_memory(config)`` lowers and compiles the program ``attnjax train`` dispatches for
+the config (``train.parallel.Runner``: the train step of ``train.step``, jit over the device
+mesh or pmap, ``train.steps_per_dispatch`` steps per dispatch with on-device data) at the
+config's batch and length, and reads XLA's memory analysis of it:
+
+- ``argument_bytes``: the inputs (training state, hyperparameter values, a host batch), live
+  for the whole dispatch;
+- ``output_bytes``: the outputs (the new state and the metrics); ``alias_bytes`` of them reuse
+  donated input buffers (the state is donated);
+- ``temp_bytes``: XLA's temporary allocation, activations and gradients included (buffers
+  whose lifetimes do not overlap already share it);
+- ``code_bytes``: the generated code, reported apart (not device data).
+
+``peak_bytes = argument_bytes + output_bytes - alias_bytes + temp_bytes``: the device memory
+one dispatch needs when every input, every output that is not a donated input, and the whole
+temporary allocation are live at once, an upper bound from XLA's buffer assignment (the
+program's data; not the allocator's fragmentation, nor memory held outside the dispatch).
+``parameter_bytes`` and ``optimizer_bytes`` are the bytes of the parameters and of the
+optimizer state, from their shapes and dtypes (per device; both are replicated).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from attnjax.bench import write_json
+from attnjax.config import Config
+from attnjax.data import load_dataset
+from attnjax.train import hyper
+from attnjax.train.parallel import Runner
+from attnjax.train.state import init_state
+
+
+def tree_bytes(tree) -> int:
+    """Bytes of every array of a pytree, from its shapes and dtypes."""
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def train_step_memory(config: Config) -> dict:
+    """The compiled memory of one training dispatch of ``config`` (see the module docstring),
+    with the setting it was measured at."""
+    dataset, cfg, model = load_dataset(config.data), config.train, config.model
+    runner = Runner(config, dataset)
+    state = init_state(config)
+    host_batch = None if dataset.on_device else dataset.batch(
+        config.seed, 0, cfg.batch_size, config.data.length, "train")
+    lowered = runner.lower(runner.place(state), hyper.as_arrays([config], stacked=False),
+                           host_batch)
+    stats = lowered.compile().memory_analysis()
+    row = {"d_model": model.d_model, "num_layers": model.num_layers,
+           "num_heads": model.attention.num_heads, "kernel": model.attention.kernel,
+           "batch": cfg.batch_size, "length": config.data.length,
+           "steps_per_dispatch": runner.steps_per_call, "devices": len(runner.devices),
+           "argument_bytes": stats.argument_size_in_bytes,
+           "output_bytes": stats.output_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
+           "temp_bytes": stats.temp_size_in_bytes,
+           "code_bytes": stats.generated_code_size_in_bytes,
+           "parameter_bytes": tree_bytes(state.params),
+           "optimizer_bytes": tree_bytes(state.opt_state)}
+    row["peak_bytes"] = (row["argument_bytes"] + row["output_bytes"] - row["alias_bytes"]
+                         + row["temp_bytes"])
+    return row
+
+
+def run_memory_benchmark(config: Config, out: str | None = None) -> dict:
+    """``train_step_memory`` of ``config`` as a table; JSON to ``out`` if given."""
+    row = train_step_memory(config)
+    print(f"training step: d_model {row['d_model']}, {row['num_layers']} layers, "
+          f"{row['num_heads']} heads, kernel {row['kernel']}, batch {row['batch']}, length "
+          f"{row['length']} ({row['steps_per_dispatch']} step(s) per dispatch, "
+          f"{row['devices']} device(s), {jax.default_backend()})")
+    state = row["parameter_bytes"] + row["optimizer_bytes"]
+    lines = [("arguments", row["argument_bytes"]), ("outputs", row["output_bytes"]),
+             ("aliased (donated)", row["alias_bytes"]), ("temporaries", row["temp_bytes"]),
+             ("peak = args + outputs - aliased + temps", row["peak_bytes"]),
+             ("parameters", row["parameter_bytes"]), ("optimizer state", row["optimizer_bytes"]),
+             ("generated code (not in peak)", row["code_bytes"])]
+    for label, value in lines:
+        print(f"  {label:<42} {value / 2**20:>10.2f} MB")
+    print(f"  parameters + optimizer state are {state / max(row['peak_bytes'], 1):.1%} of the "
+          "peak")
+    write_json(out, {"backend": jax.default_backend(), **row})
+    return row
