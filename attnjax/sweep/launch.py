@@ -183,13 +183,25 @@ def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = 
     """Run (or resume) every run of an experiment's sweep into ``directory``; returns the
     record (see ``attnjax.sweep.record``). ``jobs``: worker processes for ``processes``, the
     largest vmapped group for ``vmap``."""
+    LAUNCHERS.get(launcher, "--launcher")
+    runs = expand(experiment, overrides)
+    variants = eval_variants(experiment, runs)
+    return launch_runs(runs, directory, label=str(experiment), overrides=overrides,
+                       launcher=launcher, jobs=jobs, progress=progress,
+                       retry_failed=retry_failed, log=log, variants=variants)
+
+
+def launch_runs(runs: list[Run], directory: str | Path, *, label: str, overrides: list[str] = (),
+                launcher: str = "sequential", jobs: int | None = None, progress: bool = True,
+                retry_failed: bool = False, log=print, variants=None) -> dict:
+    """Run (or resume) ``runs`` into the sweep directory ``directory`` (recorded as sweep
+    ``label``): finished runs are skipped, interrupted ones resume, failed ones are retried
+    only with ``retry_failed``; then the evaluation ``variants`` of finished runs."""
     launch = LAUNCHERS.get(launcher, "--launcher")
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
-    runs = expand(experiment, overrides)
-    variants = eval_variants(experiment, runs)
     sweep_dir = SweepDir(directory)
-    record = open_record(sweep_dir, str(experiment), list(overrides), launcher, runs)
+    record = open_record(sweep_dir, label, list(overrides), launcher, runs)
     sweep = _Sweep(sweep_dir, record, log)
     todo = []
     for run in runs:
@@ -203,5 +215,5 @@ def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = 
     log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
         f"({launcher} launcher)")
     launch(sweep, todo, jobs, progress)
-    evaluate_variants(sweep, runs, variants)
+    evaluate_variants(sweep, runs, variants or [])
     return record
