@@ -1,0 +1,66 @@
+"""AUDIT.md: the verdict counts, then one row per claim (or lettered part), then the plots."""
+
+from __future__ import annotations
+
+import collections
+import os
+import platform
+from pathlib import Path
+
+from attnjax.audit.verdict import WORDS
+
+
+def machine() -> str:
+    """The CPU model and core count, and the jax version and backend."""
+    import jax
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores; jax {jax.__version__} "
+            f"({jax.default_backend()})")
+
+
+CONVENTIONS = (
+    "Each claim of the two seed articles is an experiment (`experiments/claims/<group>/<ID>.py`) "
+    "whose verdict function applies a criterion fixed before any result to the numbers this "
+    "audit measured. **confirmed**: the criterion holds at the scale run here; **refuted**: it "
+    "fails; **scale-dependent**: it holds in some of the regimes run and fails in others; "
+    "**untestable**: it needs what this machine cannot give (said why). Training claims run "
+    "every arm at seeds 0 and 1 and must hold for both; seeds that disagree refute, and the "
+    "split is reported. Loss is the validation loss at the training length in nats per byte "
+    "(per token on synthetic tasks); eps = 0.02 nats. The small settings (S-text: byte-level "
+    "text, width 64, 2 layers, 4 heads, RoPE, context 64, 600 steps) are in "
+    "`attnjax/audit/settings.py`.")
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def audit_markdown(rows: list[dict], *, command: str, seconds: float, plots_dir: str) -> str:
+    """The report. ``rows``: ``{"id", "source", "claim", "criterion", "evidence", "verdict",
+    "plots"}`` (``verdict`` ``"error"`` for a claim whose measurement raised)."""
+    counts = collections.Counter(row["verdict"] for row in rows)
+    lines = ["# Claims audit", "", "Regenerate with:", "", f"    {command}", "",
+             f"Ran on {machine()}; wall time {seconds / 60:.1f} min.", "", CONVENTIONS, "",
+             "| verdict | claims |", "|---|---|"]
+    lines += [f"| {word} | {counts[word]} |" for word in (*WORDS, "error") if counts[word]]
+    lines += ["", "| id | source | claim | criterion | measured | verdict |",
+              "|---|---|---|---|---|---|"]
+    previous = None
+    for row in rows:    # a claim's later parts leave its source, claim and criterion blank
+        same = previous is not None and (row["claim"], row["source"]) == previous
+        text = ("", "", "") if same else (row["source"], row["claim"], row["criterion"])
+        lines.append(f"| {row['id']} | {' | '.join(map(_cell, text))} | "
+                     f"{_cell(row['evidence'])} | **{row['verdict']}** |")
+        previous = (row["claim"], row["source"])
+    plotted = [row for row in rows if row["plots"]]
+    if plotted:
+        lines += ["", "## Plots"]
+        for row in plotted:
+            lines += ["", f"### {row['id']}: {row['claim']}", ""]
+            lines += [f"![{row['id']}]({plots_dir}/{Path(p).name})" for p in row["plots"]]
+    return "\n".join(lines) + "\n"

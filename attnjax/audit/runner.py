@@ -1,0 +1,138 @@
+"""``attnjax audit``: train every claim's runs once, measure each claim, judge it, report.
+
+    WORKDIR/
+      runs/               one sweep directory with every training run (a run two claims
+                          share is trained once); resumable like any sweep
+      results/<ID>.json   a claim's measured numbers and the fingerprint they belong to (the
+                          claim file's text and its runs): a rerun measures only what changed
+      plots/<ID>-*.png
+      AUDIT.md            verdict counts, one row per claim, plots
+
+A claim whose measurement raises is reported as ``error`` (with the exception) and the others
+go on; the command then exits 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from attnjax.audit.claims import ClaimFile, Runs, Trained, load_claims
+from attnjax.audit.report import audit_markdown
+from attnjax.rundir import SweepDir, write_json_atomic
+from attnjax.sweep.launch import launch_runs
+from attnjax.sweep.spec import Run
+
+COMMAND = "attnjax audit experiments/claims --workdir runs/claims"
+
+
+def collect_runs(claims: list[ClaimFile]) -> tuple[list[Run], dict[str, list[Run]]]:
+    """Every claim's runs, each distinct run once, and each claim's own runs; two claims that
+    name the same run with different configs are an error."""
+    unique: dict[str, tuple[Run, str]] = {}
+    own = {}
+    for claim in claims:
+        own[claim.id] = claim.runs()
+        for run in own[claim.id]:
+            if run.name in unique and unique[run.name][0].config != run.config:
+                raise ValueError(f"claims {unique[run.name][1]} and {claim.id} both name run "
+                                 f"{run.name!r} but configure it differently")
+            unique.setdefault(run.name, (run, claim.id))
+    return [run for run, _ in unique.values()], own
+
+
+def plain(value):
+    """``value`` with NumPy / JAX scalars and arrays turned into Python numbers and lists."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return np.asarray(value).tolist()
+    return value
+
+
+def fingerprint(claim: ClaimFile, runs: list[Run]) -> str:
+    text = claim.path.read_text() + json.dumps(sorted(r.name for r in runs))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measured(claim: ClaimFile, runs: list[Run], sweep_dir: SweepDir, results_dir: Path) -> dict:
+    """The claim's results, from ``results_dir`` when they belong to this claim file and
+    these runs, else measured now and stored."""
+    path = results_dir / f"{claim.id}.json"
+    key = fingerprint(claim, runs)
+    stored = json.loads(path.read_text()) if path.is_file() else None
+    if stored is not None and stored["fingerprint"] == key:
+        return stored["results"]
+    trained = Runs([Trained(run, sweep_dir.run(run.name)) for run in runs])
+    results = plain(claim.measure(trained if claim.trains else None))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"fingerprint": key, "results": results})
+    return results
+
+
+def publish(rows: list[dict], path: Path, *, seconds: float) -> None:
+    """The report at ``path`` (e.g. docs/CLAIMS_AUDIT.md) with its plots copied beside it,
+    into ``<stem lowercased>/`` (docs/claims_audit/)."""
+    images = path.parent / path.stem.lower()
+    images.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        for plot in row["plots"]:
+            shutil.copyfile(plot, images / Path(plot).name)
+    path.write_text(audit_markdown(rows, command=COMMAND, seconds=seconds,
+                                   plots_dir=images.name))
+
+
+def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | None = None,
+              launcher: str = "vmap", jobs: int | None = None, progress: bool = True,
+              publish_to: str | Path | None = None, log=print) -> dict:
+    """Run (or resume) the audit of the claim files under ``directory`` into ``workdir``
+    (and, with ``publish_to``, publish the report there); returns ``{"verdicts": {id: word},
+    "errors": {id: message}, "seconds": float}``."""
+    start = time.perf_counter()
+    workdir = Path(workdir)
+    claims = load_claims(directory, only)
+    runs, own = collect_runs(claims)
+    sweep_dir = SweepDir(workdir / "runs")
+    if runs:
+        log(f"training {len(runs)} runs for {sum(c.trains for c in claims)} claims")
+        launch_runs(runs, sweep_dir.path, label=f"audit of {directory}", launcher=launcher,
+                    jobs=jobs, progress=progress, log=log)
+    rows, verdicts, errors = [], {}, {}
+    for number, claim in enumerate(claims, 1):
+        began = time.perf_counter()
+        base = {"source": claim.module.SOURCE, "claim": claim.module.CLAIM,
+                "criterion": claim.module.CRITERION, "plots": []}
+        try:
+            results = measured(claim, own[claim.id], sweep_dir, workdir / "results")
+            parts = claim.verdicts(results)
+            plots = claim.plot(results, workdir / "plots")
+        except Exception as error:  # noqa: BLE001  (one claim's failure is reported, not fatal)
+            errors[claim.id] = f"{type(error).__name__}: {error}"
+            (workdir / "results").mkdir(parents=True, exist_ok=True)
+            (workdir / "results" / f"{claim.id}.error.txt").write_text(traceback.format_exc())
+            rows.append({**base, "id": claim.id, "evidence": errors[claim.id], "verdict": "error"})
+            log(f"[{number}/{len(claims)}] {claim.id}: error: {errors[claim.id]}")
+            continue
+        for i, (part, verdict) in enumerate(parts.items()):
+            verdicts[part] = verdict.word
+            rows.append({**base, "id": part, "evidence": verdict.evidence,
+                         "verdict": verdict.word, "plots": plots if i == 0 else []})
+        words = ", ".join(f"{part} {v.word}" for part, v in parts.items())
+        log(f"[{number}/{len(claims)}] {words} ({time.perf_counter() - began:.1f} s)")
+    seconds = time.perf_counter() - start
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "AUDIT.md").write_text(audit_markdown(rows, command=COMMAND, seconds=seconds,
+                                                     plots_dir="plots"))
+    if publish_to is not None:
+        publish(rows, Path(publish_to), seconds=seconds)
+    log(f"wrote {workdir / 'AUDIT.md'} ({len(verdicts)} verdicts, {len(errors)} errors, "
+        f"{seconds / 60:.1f} min)")
+    return {"verdicts": verdicts, "errors": errors, "seconds": seconds}

@@ -1,0 +1,31 @@
+"""Timing for the audit's speed claims: medians of calls interleaved across the compared
+functions, so a change in the (shared, noisy) machine's load falls on all of them alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+
+def interleaved_medians(calls: dict[str, Callable[[], object]], *, repeats: int = 5,
+                        budget_s: float = 0.3, most: int = 25) -> dict[str, float]:
+    """``{name: fn}`` (no-argument callables) -> the median seconds of ``fn()``, compile and
+    first call excluded: each function runs at least ``repeats`` times, a fast one more (about
+    ``budget_s`` of calls, at most ``most``), in rounds of one call of each in turn."""
+    counts = {}
+    for name, fn in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        counts[name] = int(np.clip(budget_s / max(time.perf_counter() - start, 1e-9),
+                                   repeats, max(most, repeats)))
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(max(counts.values(), default=0)):
+        for name, fn in calls.items():
+            if round_ < counts[name]:
+                start = time.perf_counter()
+                jax.block_until_ready(fn())
+                times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}

@@ -1,0 +1,199 @@
+"""The claims audit: every claim file is well formed, its verdict function gives the expected
+word on made-up results on both sides of its criterion, its training runs expand to valid,
+seed-replicated configs, and the op-level claims run here; the audit runner trains shared
+runs once, resumes from stored results and reports errors without stopping."""
+
+import json
+import textwrap
+
+import pytest
+
+from attnjax.audit import Verdict, load_claim, load_claims, over_regimes, over_seeds
+from attnjax.audit.runner import collect_runs, run_audit
+from attnjax.audit.settings import SEEDS
+from attnjax.audit.verdict import WORDS
+from attnjax.sweep.launch import vmap_groups
+from helpers import REPO, TINY_TEXT
+
+CLAIMS_DIR = REPO / "experiments" / "claims"
+CLAIMS = load_claims(CLAIMS_DIR)
+OP_LEVEL = [c for c in CLAIMS if not c.trains]
+TRAINING = [c for c in CLAIMS if c.trains]
+ids = lambda claim: claim.id
+
+
+def _words(claim, expected) -> dict:
+    return {claim.id: expected} if isinstance(expected, str) else {
+        f"{claim.id}{part}": word for part, word in expected.items()}
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=ids)
+def test_claim_file_is_well_formed(claim):
+    module = claim.module
+    assert module.__doc__ and f"--only {claim.id}" in module.__doc__
+    for name in ("SOURCE", "CLAIM", "CRITERION"):
+        text = getattr(module, name)
+        assert isinstance(text, str) and text and "\n" not in text, (claim.id, name)
+    assert claim.group[0] in "ABCDEFG" and claim.path.parent.parent == CLAIMS_DIR
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=ids)
+def test_verdict_on_both_sides_of_the_criterion(claim):
+    """Every part's verdict is tested with results that confirm and with results that refute
+    it (or, for a part that can only be scale-dependent or untestable, with each word it
+    gives)."""
+    seen: dict[str, set] = {}
+    for results, expected in claim.module.EXAMPLES:
+        verdicts = claim.verdicts(results)
+        got = {part: v.word for part, v in verdicts.items()}
+        assert got == _words(claim, expected), (claim.id, results)
+        assert all(isinstance(v, Verdict) and v.evidence for v in verdicts.values())
+        for part, word in got.items():
+            seen.setdefault(part, set()).add(word)
+    for part, words in seen.items():
+        assert len(words) >= 2, f"{part}: examples give only {words}"
+
+
+@pytest.mark.parametrize("claim", TRAINING, ids=ids)
+def test_training_claim_expands_to_seeded_arms_that_share_a_vmapped_program(claim):
+    runs = claim.runs()
+    assert runs and len({r.name for r in runs}) == len(runs)
+    arms: dict = {}
+    for run in runs:
+        rest = tuple(sorted((k, repr(v)) for k, v in run.overrides.items() if k != "seed"))
+        arms.setdefault(rest, set()).add(run.config.seed)
+    for arm, seeds in arms.items():
+        assert set(SEEDS) <= seeds, f"{claim.id}: arm {arm} runs seeds {sorted(seeds)}"
+    groups = [{r.name for r in g} for g in vmap_groups(runs)]
+    for arm in arms:
+        names = {r.name for r in runs if tuple(sorted(
+            (k, repr(v)) for k, v in r.overrides.items() if k != "seed")) == arm}
+        assert any(names <= g for g in groups), f"{claim.id}: seeds of {arm} split"
+
+
+def test_shared_runs_are_configured_identically_across_claims():
+    runs, own = collect_runs(TRAINING)          # raises if two claims disagree on a run
+    assert len(runs) <= sum(len(r) for r in own.values())
+
+
+@pytest.mark.parametrize("claim", OP_LEVEL, ids=ids)
+def test_op_level_claim_measures_and_judges(claim):
+    results = claim.measure()
+    json.dumps(results)                          # results are stored as JSON
+    verdicts = claim.verdicts(results)
+    assert verdicts and all(v.word in WORDS for v in verdicts.values())
+
+
+def test_over_seeds_and_regimes():
+    assert over_seeds({0: True, 1: True}) == (True, "")
+    ok, note = over_seeds({0: True, 1: False})
+    assert not ok and "seed [0]" in note and "seed [1]" in note
+    assert over_regimes({"a": True, "b": True}, "x").word == "confirmed"
+    assert over_regimes({"a": False, "b": {0: False, 1: False}}, "x").word == "refuted"
+    mixed = over_regimes({"a": True, "b": {0: True, 1: False}}, "x")
+    assert mixed.word == "scale-dependent" and "fails in b" in mixed.evidence
+    assert "seeds disagree" in mixed.evidence
+    with pytest.raises(ValueError, match="verdict word"):
+        Verdict("maybe", "x")
+
+
+TINY_CLAIM = '''
+"""XX1: a tiny training claim for the runner test.
+
+    attnjax audit DIR --only XX1
+"""
+from attnjax.audit import holds
+from attnjax.audit.settings import with_seeds
+from attnjax.config import Config, apply_overrides
+
+ID, SOURCE, CLAIM, CRITERION = "XX1", "test", "tiny runs train", "loss is finite"
+EXAMPLES = []
+CALLS = []
+
+
+def get_config():
+    return apply_overrides(Config(), OVERRIDES)
+
+
+def get_sweep():
+    return with_seeds([{}, {"train.learning_rate": 0.01}])
+
+
+def measure(runs):
+    return {t.run.name: t.loss() for t in runs.all}
+
+
+def verdict(results):
+    return holds(all(v == v for v in results.values()), str(len(results)) + " runs")
+'''
+
+
+def _claims_dir(tmp_path, *, broken: bool = False):
+    group = tmp_path / "claims" / "A_test"
+    group.mkdir(parents=True)
+    (group / "XX1.py").write_text(TINY_CLAIM.replace("OVERRIDES", repr(TINY_TEXT)))
+    (group / "XX2.py").write_text(textwrap.dedent(f'''
+        """XX2: an op-level claim. --only XX2"""
+        from attnjax.audit import holds
+        ID, SOURCE, CLAIM, CRITERION = "XX2", "test", "one is one", "1 == 1"
+        EXAMPLES = []
+
+        def measure():
+            {"raise RuntimeError('planted')" if broken else "return {'one': 1}"}
+
+        def verdict(results):
+            return {{"a": holds(results["one"] == 1, "1"), "b": holds(False, "0")}}
+
+        def plot(results, out_dir):
+            from attnjax.analysis.figures import subplots
+            fig, ax = subplots(figsize=(4, 4))
+            ax.plot([0, 1, 2], [0, 1, 4])
+            fig.savefig(out_dir / "XX2-curve.png")
+            return [out_dir / "XX2-curve.png"]
+        '''))
+    return tmp_path / "claims"
+
+
+def test_audit_trains_measures_caches_and_reports(tmp_path):
+    directory, work = _claims_dir(tmp_path), tmp_path / "work"
+    logs = []
+    docs = tmp_path / "docs" / "CLAIMS_AUDIT.md"
+    docs.parent.mkdir()
+    first = run_audit(directory, work, progress=False, publish_to=docs, log=logs.append)
+    assert first["verdicts"] == {"XX1": "confirmed", "XX2a": "confirmed", "XX2b": "refuted"}
+    assert not first["errors"]
+    report = (work / "AUDIT.md").read_text()
+    assert "| confirmed | 2 |" in report and "| refuted | 1 |" in report
+    assert "| XX2a | test | one is one | 1 == 1 | 1 | **confirmed** |" in report
+    assert "| XX2b |  |  |  | 0 | **refuted** |" in report
+    assert "attnjax audit experiments/claims --workdir runs/claims" in report
+    assert "![XX2a](plots/XX2-curve.png)" in report
+    assert "![XX2a](claims_audit/XX2-curve.png)" in docs.read_text()
+    assert (docs.parent / "claims_audit" / "XX2-curve.png").is_file()
+    stored = json.loads((work / "results" / "XX1.json").read_text())["results"]
+    assert len(stored) == 4 and all(isinstance(v, float) for v in stored.values())
+    assert any("[1/2] XX1 confirmed" in line for line in logs)
+    # a rerun trains nothing and reads the stored results
+    logs.clear()
+    again = run_audit(directory, work, progress=False, log=logs.append)
+    assert again["verdicts"] == first["verdicts"]
+    assert any("4 finished, 0 to run" in line for line in logs)
+    # --only, and a claim whose measurement raises is an error row, not a crash
+    only = run_audit(_claims_dir(tmp_path / "b", broken=True), tmp_path / "work-b",
+                     only=["XX2"], progress=False, log=logs.append)
+    assert only["errors"] == {"XX2": "RuntimeError: planted"} and not only["verdicts"]
+    assert "| error | 1 |" in (tmp_path / "work-b" / "AUDIT.md").read_text()
+
+
+def test_unknown_claim_id_lists_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="--only: no claim 'NOPE'; valid: XX1, XX2"):
+        load_claims(_claims_dir(tmp_path), only=["NOPE"])
+
+
+def test_claim_file_named_after_its_id(tmp_path):
+    path = tmp_path / "A" / "SC99.py"
+    path.parent.mkdir()
+    path.write_text("ID, SOURCE, CLAIM, CRITERION, EXAMPLES = 'SC98', '', '', '', []\n"
+                    "measure = verdict = None\n")
+    with pytest.raises(ValueError, match="name it SC98.py"):
+        load_claim(path)
