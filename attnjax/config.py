@@ -30,6 +30,9 @@ from attnjax.registry import (DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCA
                               TASKS, Registry)
 
 
+ADDED_NORMS = ("none", "layer", "unit")   # see attnjax.nn.transformer.added_positions
+
+
 def _number(default, *, ge=None, gt=None, le=None, lt=None, infinite: bool = False):
     """A numeric field and its valid range (``None`` values are not range-checked); a float
     field must be finite unless ``infinite``."""
@@ -251,6 +254,7 @@ class PositionConfig(_Validated):
     t5_max_distance: int = _number(128, ge=2)
     learned_interpolate: bool = False                # learned table stretched to longer inputs
     added_scale: float = _number(1.0, gt=0)          # x the added absolute embedding (embed hook)
+    added_norm: Literal[ADDED_NORMS] = "none"       # the added embedding normalised first
 
     def _validate(self):
         if self.kind == "t5" and self.t5_max_distance <= self.t5_num_buckets // 2:

@@ -655,6 +655,39 @@ def test_learned_added_at_embedding():
         tiny("rope", position={"added_scale": 0.5})
 
 
+def token_part(config, params, tokens):
+    """The token half of the first block's input: embedding times the token scale."""
+    from attnjax.nn.transformer import token_scale
+    return params["embed"]["embedding"][tokens] * token_scale(config)
+
+
+def test_added_position_embedding_normalised():
+    """``added_norm``: ``unit`` gives every position's added vector norm ``added_scale``;
+    ``layer`` is a LayerNorm of each position's vector (at its initial gain 1 and bias 0)."""
+    tokens = tokens_of(T_FULL)
+    for kind in ("sinusoidal", "learned"):
+        base = tiny(kind)
+        params = init_params(base, tokens)
+        pe = first_layer_input(base, params, tokens) - token_part(base, params, tokens)
+        unit = tiny(kind, position={"added_norm": "unit", "added_scale": 2.0})
+        added = first_layer_input(unit, params, tokens) - token_part(unit, params, tokens)
+        np.testing.assert_allclose(np.asarray(added), 2.0 * np.asarray(pe) / np.linalg.norm(
+            np.asarray(pe), axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+        layer = tiny(kind, position={"added_norm": "layer"})
+        lparams = init_params(layer, tokens)
+        assert "position_norm" in lparams
+        added = first_layer_input(layer, lparams, tokens) - token_part(layer, lparams, tokens)
+        plain = {k: v for k, v in lparams.items() if k != "position_norm"}
+        raw = np.asarray(first_layer_input(base, plain, tokens) - token_part(base, plain, tokens),
+                         np.float64)
+        centred = raw - raw.mean(-1, keepdims=True)     # flax's LayerNorm, epsilon 1e-6
+        expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-6)
+        np.testing.assert_allclose(np.asarray(added), expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"^model\.position\.added_norm='unit' means nothing "
+                                         r"with kind='alibi'"):
+        tiny("alibi", position={"added_norm": "unit"})
+
+
 def test_embedding_scale_and_init_std():
     tokens = tokens_of(T_FULL)
     config = tiny("rope", model={"embed_scale": 3.0, "embed_init_std": 0.5})

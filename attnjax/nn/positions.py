@@ -197,10 +197,10 @@ ROPE_FIELDS = ("rope_base", "rope_fraction", "rope_scaling", "rope_scale", "trai
 POSITIONS.register("none", PositionEncoding())
 POSITIONS.register("sinusoidal", PositionEncoding(
     embed=_sinusoidal_embed, check=_check_sinusoidal, similarity=_sinusoidal_similarity,
-    token_scale=lambda config: math.sqrt(config.d_model), reads=("added_scale",)))
+    token_scale=lambda config: math.sqrt(config.d_model), reads=("added_scale", "added_norm")))
 POSITIONS.register("learned", PositionEncoding(
     embed=_learned_embed, check=_check_learned, similarity=_learned_similarity,
-    reads=("learned_interpolate", "added_scale"), tables=("position_embedding",)))
+    reads=("learned_interpolate", "added_scale", "added_norm"), tables=("position_embedding",)))
 POSITIONS.register("rope", PositionEncoding(
     rotate=_rope_rotate, check=_check_rope, decode_check=_decode_rope,
     similarity=_rope_similarity, reads=ROPE_FIELDS))

@@ -60,6 +60,19 @@ def token_scale(config: ModelConfig) -> float:
     return 1.0 if default is None else default(config)
 
 
+def added_positions(module: nn.Module, pe, config: ModelConfig):
+    """The absolute position embedding ``pe`` ``[B|1, T, d]`` as added to the tokens:
+    ``added_scale * norm(pe)``, ``norm`` per position as ``model.position.added_norm`` says:
+    ``none``; ``layer``, a LayerNorm with its own gain and bias (``position_norm``); ``unit``,
+    ``pe / ||pe||`` (each position's vector of norm 1; a sinusoid's norm is sqrt(d / 2))."""
+    kind = config.position.added_norm
+    if kind == "layer":
+        pe = nn.LayerNorm(dtype=pe.dtype, name="position_norm")(pe)
+    elif kind == "unit":
+        pe = pe / jnp.linalg.norm(pe.astype(jnp.float32), axis=-1, keepdims=True).astype(pe.dtype)
+    return config.position.added_scale * pe
+
+
 class FeedForward(nn.Module):
     """GELU MLP ``W2 gelu(W1 x)`` (hidden = ratio * d) or SwiGLU ``W2 (silu(W1 x) * W3 x)``
     (hidden = 2/3 * ratio * d rounded up to a multiple of 8, so the parameter count matches)."""
@@ -152,7 +165,7 @@ class DecoderLM(nn.Module):
         position = POSITIONS.get(cfg.position.kind)
         x = embed(tokens).astype(dtype) * token_scale(cfg)
         if position.embed is not None:
-            x = x + cfg.position.added_scale * position.embed(self, positions, cfg).astype(dtype)
+            x = x + added_positions(self, position.embed(self, positions, cfg).astype(dtype), cfg)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         weights = []
         for i in range(cfg.num_layers):
