@@ -2,6 +2,7 @@
 vmapped runs equal to the same runs trained alone."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from attnjax.config import AttentionConfig, Config, ModelConfig, TrainConfig, apply_overrides
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
-from attnjax.sweep.launch import divergence, run_sweep, vmap_groups
+from attnjax.sweep.launch import core_shares, divergence, run_sweep, vmap_groups, worker_pool
 from attnjax.train import hyper, loop, train
 from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli
 
@@ -129,6 +130,8 @@ def test_vmapped_runs_equal_solo_runs(tmp_path):
         np.testing.assert_allclose(summary["eval"]["16"]["loss"],
                                    solo_summary["eval"]["16"]["loss"], rtol=2e-6)
         np.testing.assert_allclose(summary["train_loss"], solo_summary["train_loss"], rtol=2e-6)
+        np.testing.assert_allclose(summary["initial_loss"], solo_summary["initial_loss"],
+                                   rtol=2e-6)
     # the three runs really differ (seeds and rates were not collapsed)
     losses = {RunDir(tmp_path / "sweep" / r["name"]).metrics()[-1]["loss"]
               for r in record["runs"]}
@@ -204,6 +207,25 @@ def test_interrupted_sweep_resumes_exactly(tmp_path, monkeypatch):
         whole = RunDir(tmp_path / "whole" / name).metrics()
         resumed = RunDir(tmp_path / "resumed" / name).metrics()
         assert deterministic(whole) == deterministic(resumed)
+
+
+def test_core_shares_split_the_cores_disjointly(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert core_shares(2) == [[0, 1], [2, 3, 4]]
+    assert core_shares(5) == [[0], [1], [2], [3], [4]]
+    assert core_shares(7) == [[0], [1], [2], [3], [4], [0], [1]]
+
+
+def _affinity(_):
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_each_worker_is_pinned_to_its_share_of_the_cores():
+    """With 2 workers on this (>= 2-core) machine a worker runs on half the cores, not all."""
+    shares = core_shares(2)
+    with worker_pool(2) as pool:
+        seen = list(pool.map(_affinity, range(4)))
+    assert all(s in shares for s in seen), (seen, shares)
 
 
 def test_processes_launcher_and_cli(tmp_path, monkeypatch, capsys):

@@ -110,6 +110,24 @@ def enable_compile_cache():
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+def core_shares(jobs: int) -> list[list[int]]:
+    """This process's CPU cores split into ``jobs`` disjoint, contiguous shares (as even as
+    possible; with fewer cores than jobs, workers share cores round-robin). Each worker pins
+    itself to one, so XLA's threads of two workers do not fight over the same cores: two
+    single-core workers train ~1.6x the tokens per second of one process on both cores of
+    this 2-core machine (S-text)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if jobs >= len(cores):
+        return [[cores[i % len(cores)]] for i in range(jobs)]
+    bounds = [round(i * len(cores) / jobs) for i in range(jobs + 1)]
+    return [cores[bounds[i]:bounds[i + 1]] for i in range(jobs)]
+
+
+def _pin_worker(shares) -> None:
+    """Worker-process initializer: take the next free core share and pin to it."""
+    os.sched_setaffinity(0, shares.get())
+
+
 def _train_in_worker(config: dict, run_dir: str) -> dict:
     """Worker-process body: a run's summary, or its error and traceback."""
     enable_compile_cache()
@@ -119,10 +137,19 @@ def _train_in_worker(config: dict, run_dir: str) -> dict:
         return {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
 
 
+def worker_pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
+    """``jobs`` spawned worker processes, each pinned to its own share of the cores."""
+    context = multiprocessing.get_context("spawn")
+    shares = context.Queue()
+    for share in core_shares(jobs):
+        shares.put(share)
+    return concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context,
+                                                  initializer=_pin_worker, initargs=(shares,))
+
+
 def _processes(sweep: _Sweep, runs: list[Run], jobs, progress):
     sweep.mark_running(runs)
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(jobs or 2, mp_context=context) as pool:
+    with worker_pool(jobs or 2) as pool:
         futures = {pool.submit(_train_in_worker, to_dict(run.config), str(sweep.run_dir(run).path)):
                    run for run in runs}
         for future in concurrent.futures.as_completed(futures):
