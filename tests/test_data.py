@@ -13,7 +13,7 @@ ON_DEVICE = [name for name in TASKS.names() if name != "tokens"]   # tokens: a f
 
 def synthetic(task, length=32, **kw):
     pairs = {"num_pairs": 4} if task == "mqar" else {}
-    return Dataset(DataConfig(task=task, length=length, vocab_size=64, **pairs, **kw))
+    return Dataset(DataConfig(task=task, length=length, **{"vocab_size": 64, **pairs, **kw}))
 
 
 @pytest.mark.parametrize("task", ON_DEVICE)
@@ -65,6 +65,17 @@ def test_induction_scores_the_repeated_block():
         starts.add(int(start))
         np.testing.assert_array_equal(s[start:start + m], s[:m])   # the block repeats
     assert len(starts) > 1                                          # at a random offset
+
+
+def test_uniform_tokens_are_iid_and_every_target_is_scored():
+    batch = synthetic("uniform", length=64, vocab_size=16).batch(0, 0, 64, 64, "train")
+    x, y, w = (np.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])                # next-token shift
+    assert w.min() == 1.0
+    counts = np.bincount(x.ravel(), minlength=16) / x.size
+    assert np.abs(counts - 1 / 16).max() < 0.01                      # 4096 draws: ~0.004 sd
+    same = np.mean(y[:, :-1] == x[:, :-1])                           # no copy structure
+    assert abs(same - 1 / 16) < 0.02
 
 
 def test_text_split_and_windows(tmp_path):

@@ -88,6 +88,14 @@ def induction(key, batch_size: int, length: int, vocab_size: int) -> dict:
     return _next_token(seq, scored)
 
 
+def uniform(key, batch_size: int, length: int, vocab_size: int) -> dict:
+    """I.i.d. uniform tokens, every target scored: nothing in the context predicts the next
+    token, so the best model is the uniform distribution (loss ln vocab_size) and averaging
+    attention loses nothing."""
+    seq = jax.random.randint(key, (batch_size, length + 1), 0, vocab_size)
+    return _next_token(seq, jnp.ones((batch_size, length), bool))
+
+
 def _check_mqar(config):
     for n in config.lengths:
         if n < 3 * config.num_pairs:
@@ -99,3 +107,4 @@ register_synthetic("mqar", mqar, reads=("num_pairs",), check=_check_mqar)
 register_synthetic("copy", copy)
 register_synthetic("sort", sort)
 register_synthetic("induction", induction)
+register_synthetic("uniform", uniform)
