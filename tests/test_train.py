@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 
 from attnjax.config import Config, apply_overrides
-from attnjax.data import Dataset
+from attnjax.data import Dataset, load_dataset
 from attnjax.rundir import RunDir
 from attnjax.train import Checkpoints, hyper, loop, train
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_state
+from attnjax.train.loop import evaluate
+from attnjax.train.state import init_params, init_state
 from attnjax.train.step import make_train_step
 from helpers import TINY_MQAR, deterministic, run_cli, subprocess_env, tiny_config
 
@@ -111,10 +112,11 @@ def test_steps_per_dispatch_gives_the_same_losses():
 DEVICE_SCRIPT = """
 import jax, numpy as np
 from attnjax.config import Config, apply_overrides
-from attnjax.data import Dataset
+from attnjax.data import Dataset, load_dataset
 from attnjax.train import hyper
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_state
+from attnjax.train.loop import evaluate
+from attnjax.train.state import init_params, init_state
 TINY = {tiny!r}
 def losses(parallel, devices):
     config = apply_overrides(Config(), {{**TINY, "train.parallel": parallel,
@@ -379,6 +381,18 @@ def test_metrics_log_has_the_promised_fields(uninterrupted):
     assert [r["step"] for r in records] == list(range(5, 201, 5))
     assert all(np.isfinite(r["max_attn_logit"]) for r in records)
     assert list((reference / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_summary_has_the_validation_loss_before_the_first_update(uninterrupted):
+    """``initial_loss``: the untrained model (its seed's initial parameters) evaluated at the
+    training length, the same number ``evaluate`` gives, near ln(vocabulary size)."""
+    _, reference = uninterrupted
+    config, summary = RunDir(reference).config(), RunDir(reference).summary()
+    expected = evaluate(config, init_params(config), load_dataset(config.data),
+                        [config.data.length])[config.data.length]["loss"]
+    np.testing.assert_allclose(summary["initial_loss"], expected, rtol=1e-6)
+    assert abs(summary["initial_loss"] - np.log(config.model.vocab_size)) < 0.5
+    assert summary["eval"][str(config.data.length)]["loss"] < summary["initial_loss"]
 
 
 def test_greedy_sampling_with_the_cache_equals_full_forward_argmax():
