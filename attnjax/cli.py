@@ -370,11 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="audit directory: runs/, results/, plots/ and AUDIT.md")
     audit.add_argument("--only", default=None, metavar="ID,ID",
                        help="only these claims, e.g. PE4,MK2")
-    audit.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="vmap",
+    audit.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="processes",
                        metavar="LAUNCHER", help="how to train the runs, one of %(choices)s "
-                       "(default: %(default)s)")
+                       "(default: %(default)s, one worker per core: the audit's small runs "
+                       "train fastest single-threaded side by side)")
     audit.add_argument("--jobs", type=int, default=None, metavar="N",
-                       help="as for 'attnjax sweep'")
+                       help="as for 'attnjax sweep' (default for processes: one per core)")
     audit.add_argument("--publish", default=None, metavar="FILE.md",
                        help="also write the report to FILE.md with its plots beside it, e.g. "
                        "docs/CLAIMS_AUDIT.md")

@@ -159,7 +159,8 @@ def test_audit_trains_measures_caches_and_reports(tmp_path):
     logs = []
     docs = tmp_path / "docs" / "CLAIMS_AUDIT.md"
     docs.parent.mkdir()
-    first = run_audit(directory, work, progress=False, publish_to=docs, log=logs.append)
+    first = run_audit(directory, work, launcher="vmap", progress=False, publish_to=docs,
+                      log=logs.append)
     assert first["verdicts"] == {"XX1": "confirmed", "XX2a": "confirmed", "XX2b": "refuted"}
     assert not first["errors"]
     report = (work / "AUDIT.md").read_text()
@@ -175,12 +176,17 @@ def test_audit_trains_measures_caches_and_reports(tmp_path):
     assert any("[1/2] XX1 confirmed" in line for line in logs)
     # a rerun trains nothing and reads the stored results
     logs.clear()
-    again = run_audit(directory, work, progress=False, log=logs.append)
+    again = run_audit(directory, work, launcher="vmap", progress=False, log=logs.append)
     assert again["verdicts"] == first["verdicts"]
+    # the work's time is the first invocation's (training plus a no-op launch), not the rerun's
+    assert again["seconds"]["measuring"] == first["seconds"]["measuring"] > 0
+    assert first["seconds"]["training"] <= again["seconds"]["training"]
+    assert again["seconds"]["this invocation"] < first["seconds"]["this invocation"]
+    assert "min of work" in report
     assert any("4 finished, 0 to run" in line for line in logs)
     # --only, and a claim whose measurement raises is an error row, not a crash
     only = run_audit(_claims_dir(tmp_path / "b", broken=True), tmp_path / "work-b",
-                     only=["XX2"], progress=False, log=logs.append)
+                     only=["XX2"], launcher="vmap", progress=False, log=logs.append)
     assert only["errors"] == {"XX2": "RuntimeError: planted"} and not only["verdicts"]
     assert "| error | 1 |" in (tmp_path / "work-b" / "AUDIT.md").read_text()
 

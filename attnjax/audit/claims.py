@@ -22,10 +22,10 @@ import re
 from pathlib import Path
 from types import ModuleType
 
+from attnjax.audit.dynamics import diverged
 from attnjax.audit.verdict import Verdict
 from attnjax.config import Config
 from attnjax.rundir import RunDir
-from attnjax.sweep.launch import divergence
 from attnjax.sweep.spec import Run, expand
 
 REQUIRED = ("ID", "SOURCE", "CLAIM", "CRITERION", "verdict", "EXAMPLES", "measure")
@@ -55,12 +55,9 @@ class Trained:
 
     @property
     def failed(self) -> str | None:
-        """Why the run failed (an error, or its divergence), or None."""
-        error = self.dir.error()
-        if error is not None:
-            return error.strip().splitlines()[-1]
-        summary = self.dir.summary()
-        return None if summary is None else divergence(summary, self.config)
+        """Why the run failed (an error, or its divergence by CLAIMS.md's definition:
+        ``attnjax.audit.dynamics.diverged``), or None."""
+        return diverged(self)
 
     def loss(self, length: int | None = None) -> float:
         """Validation loss at ``length`` (default: the training length)."""

@@ -40,12 +40,17 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def audit_markdown(rows: list[dict], *, command: str, seconds: float, plots_dir: str) -> str:
+def audit_markdown(rows: list[dict], *, command: str, seconds: dict, plots_dir: str) -> str:
     """The report. ``rows``: ``{"id", "source", "claim", "criterion", "evidence", "verdict",
-    "plots"}`` (``verdict`` ``"error"`` for a claim whose measurement raised)."""
+    "plots"}`` (``verdict`` ``"error"`` for a claim whose measurement raised); ``seconds``:
+    ``{"training", "measuring"}`` (the work, over every invocation) and ``"this invocation"``."""
     counts = collections.Counter(row["verdict"] for row in rows)
+    work = seconds["training"] + seconds["measuring"]
     lines = ["# Claims audit", "", "Regenerate with:", "", f"    {command}", "",
-             f"Ran on {machine()}; wall time {seconds / 60:.1f} min.", "", CONVENTIONS, "",
+             f"Ran on {machine()}: training {seconds['training'] / 60:.1f} min + measuring "
+             f"{seconds['measuring'] / 60:.1f} min = {work / 60:.1f} min of work (this "
+             f"report's invocation: {seconds['this invocation'] / 60:.1f} min).", "",
+             CONVENTIONS, "",
              "| verdict | claims |", "|---|---|"]
     lines += [f"| {word} | {counts[word]} |" for word in (*WORDS, "error") if counts[word]]
     lines += ["", "| id | source | claim | criterion | measured | verdict |",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 import traceback
@@ -63,22 +64,35 @@ def fingerprint(claim: ClaimFile, runs: list[Run]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def measured(claim: ClaimFile, runs: list[Run], sweep_dir: SweepDir, results_dir: Path) -> dict:
-    """The claim's results, from ``results_dir`` when they belong to this claim file and
-    these runs, else measured now and stored."""
+def measured(claim: ClaimFile, runs: list[Run], sweep_dir: SweepDir,
+             results_dir: Path) -> tuple[dict, float]:
+    """The claim's results and the seconds their measurement took, from ``results_dir`` when
+    they belong to this claim file and these runs, else measured now and stored."""
     path = results_dir / f"{claim.id}.json"
     key = fingerprint(claim, runs)
     stored = json.loads(path.read_text()) if path.is_file() else None
     if stored is not None and stored["fingerprint"] == key:
-        return stored["results"]
+        return stored["results"], stored.get("seconds", 0.0)
+    began = time.perf_counter()
     trained = Runs([Trained(run, sweep_dir.run(run.name)) for run in runs])
     results = plain(claim.measure(trained if claim.trains else None))
+    seconds = time.perf_counter() - began
     results_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"fingerprint": key, "results": results})
-    return results
+    write_json_atomic(path, {"fingerprint": key, "seconds": seconds, "results": results})
+    return results, seconds
 
 
-def publish(rows: list[dict], path: Path, *, seconds: float) -> None:
+def training_seconds(workdir: Path, spent: float) -> float:
+    """Seconds spent training the audit's runs, summed over every invocation (kept in
+    ``workdir/training_seconds.json``), after adding this one's ``spent``."""
+    path = workdir / "training_seconds.json"
+    total = (json.loads(path.read_text())["seconds"] if path.is_file() else 0.0) + spent
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"seconds": total})
+    return total
+
+
+def publish(rows: list[dict], path: Path, *, seconds: dict) -> None:
     """The report at ``path`` (e.g. docs/CLAIMS_AUDIT.md) with its plots copied beside it,
     into ``<stem lowercased>/`` (docs/claims_audit/)."""
     images = path.parent / path.stem.lower()
@@ -91,27 +105,34 @@ def publish(rows: list[dict], path: Path, *, seconds: float) -> None:
 
 
 def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | None = None,
-              launcher: str = "vmap", jobs: int | None = None, progress: bool = True,
+              launcher: str = "processes", jobs: int | None = None, progress: bool = True,
               publish_to: str | Path | None = None, log=print) -> dict:
     """Run (or resume) the audit of the claim files under ``directory`` into ``workdir``
     (and, with ``publish_to``, publish the report there); returns ``{"verdicts": {id: word},
-    "errors": {id: message}, "seconds": float}``."""
+    "errors": {id: message}, "seconds": {"training", "measuring", "this invocation"}}``
+    (training and measuring: the work itself, summed over the invocations that did it)."""
     start = time.perf_counter()
     workdir = Path(workdir)
     claims = load_claims(directory, only)
     runs, own = collect_runs(claims)
     sweep_dir = SweepDir(workdir / "runs")
+    began = time.perf_counter()
     if runs:
         log(f"training {len(runs)} runs for {sum(c.trains for c in claims)} claims")
+        if launcher == "processes" and jobs is None:
+            jobs = len(os.sched_getaffinity(0))
         launch_runs(runs, sweep_dir.path, label=f"audit of {directory}", launcher=launcher,
                     jobs=jobs, progress=progress, log=log)
+    seconds = {"training": training_seconds(workdir, time.perf_counter() - began),
+               "measuring": 0.0}
     rows, verdicts, errors = [], {}, {}
     for number, claim in enumerate(claims, 1):
         began = time.perf_counter()
         base = {"source": claim.module.SOURCE, "claim": claim.module.CLAIM,
                 "criterion": claim.module.CRITERION, "plots": []}
         try:
-            results = measured(claim, own[claim.id], sweep_dir, workdir / "results")
+            results, spent = measured(claim, own[claim.id], sweep_dir, workdir / "results")
+            seconds["measuring"] += spent
             parts = claim.verdicts(results)
             plots = claim.plot(results, workdir / "plots")
         except Exception as error:  # noqa: BLE001  (one claim's failure is reported, not fatal)
@@ -127,12 +148,12 @@ def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | N
                          "verdict": verdict.word, "plots": plots if i == 0 else []})
         words = ", ".join(f"{part} {v.word}" for part, v in parts.items())
         log(f"[{number}/{len(claims)}] {words} ({time.perf_counter() - began:.1f} s)")
-    seconds = time.perf_counter() - start
+    seconds["this invocation"] = time.perf_counter() - start
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "AUDIT.md").write_text(audit_markdown(rows, command=COMMAND, seconds=seconds,
                                                      plots_dir="plots"))
     if publish_to is not None:
         publish(rows, Path(publish_to), seconds=seconds)
     log(f"wrote {workdir / 'AUDIT.md'} ({len(verdicts)} verdicts, {len(errors)} errors, "
-        f"{seconds / 60:.1f} min)")
+        f"{seconds['this invocation'] / 60:.1f} min)")
     return {"verdicts": verdicts, "errors": errors, "seconds": seconds}
