@@ -14,12 +14,8 @@ step-0 loss and the attention gradient norm at every logged step.
 
 Resolved here:
 
-- spike: a logged training loss above the previous logged one by > 0.3, both logged at or
-  after the warmup (step 50; logged every 10 steps);
-- diverged: an error, a non-finite logged or evaluated loss, a skipped update, or a final
-  training loss (the last logged one) > step-0 loss - 0.1; the step-0 loss is the validation
-  loss of the initial parameters (``attnjax.train.loop.evaluate``: an untrained model's
-  training and validation losses agree);
+- spike and diverged: as CLAIMS.md defines them (``attnjax.audit.dynamics``; the step-0 loss
+  is the run's ``initial_loss``, the validation loss of its initial parameters);
 - "attention gradient norm": attnjax logs gradient norms per module (``grad_norm/block_<l>/
   attention``, before clipping: W_qkv and W_o together), not per parameter; (b) takes the
   largest over layers and logged steps. The W_qkv-only norm is not logged (gap reported);
@@ -28,20 +24,14 @@ Resolved here:
 
     attnjax audit experiments/claims --workdir runs/claims --only SC3
 
-Budget: 7 new programs of 4 lanes (lr x seed vmapped) at 300 steps, ~11 units (a 4-lane
-program ~1.3 units, the head_dim-64 ones ~1.3x that); the head_dim-16 default runs are lanes of
-the shared 300-step program. ``NOCLIP_HEAD_DIMS = ()`` drops the clipping-off arms (~3.4 units).
+Budget: 16 arms x 2 seeds at 300 steps (the head_dim-16 default is the shared 300-step arm);
+``NOCLIP_HEAD_DIMS = ()`` drops the 4 clipping-off arms.
 """
 
-import math
-
-import numpy as np
 
 from attnjax.audit import over_regimes
+from attnjax.audit.dynamics import attention_grad_max, diverged, seeds_text, spikes
 from attnjax.audit.settings import EPS, get_config, with_seeds  # noqa: F401  (S-text)
-from attnjax.data import load_dataset
-from attnjax.train.loop import evaluate
-from attnjax.train.state import init_params
 
 ID = "SC3"
 SOURCE = "000 §3.1; 002 §3.2"
@@ -63,7 +53,7 @@ ARMS = {
 }
 CLIPS = {"clip": ("default", "unscaled"), "noclip": ("default_noclip", "unscaled_noclip")}
 NOCLIP_HEAD_DIMS = (64,)            # clipping off is run at head_dim 64 only (budget)
-SPIKE, MORE_SPIKES, FLAT, ZERO_GRAD, DIVERGED_MARGIN = 0.3, 3, 0.05, 1e-8, 0.1
+MORE_SPIKES, FLAT, ZERO_GRAD = 3, 0.05, 1e-8
 
 
 def arm(head_dim: int, lr: float, name: str) -> dict:
@@ -83,72 +73,16 @@ def get_sweep():
                        for name in arm_names(h)])
 
 
-# ---------------------------------------------------------- dynamics of a run (also SC5, SC7)
-
-def logged(trained) -> tuple[np.ndarray, np.ndarray]:
-    """``(steps, training losses)`` of every logged record."""
-    records = trained.dir.metrics()
-    return (np.array([r["step"] for r in records]), np.array([r["loss"] for r in records]))
-
-
-def loss_changes(trained) -> np.ndarray:
-    """Logged training loss minus the previous logged one, both at or after the warmup."""
-    steps, losses = logged(trained)
-    after = steps >= trained.config.train.warmup_steps
-    return np.diff(losses[after])
-
-
-def spikes(trained) -> int:
-    """Rises of the logged training loss by more than 0.3 after the warmup."""
-    return int(np.sum(loss_changes(trained) > SPIKE))
-
-
-_STEP0: dict = {}
-
-
-def step0_loss(trained) -> float:
-    """Validation loss at the training length of the run's initial parameters."""
-    config = trained.config
-    if config not in _STEP0:
-        length = config.data.length
-        losses = evaluate(config, init_params(config), load_dataset(config.data), [length])
-        _STEP0[config] = losses[length]["loss"]
-    return _STEP0[config]
-
-
-def diverged(trained) -> str | None:
-    """Why the run diverged by CLAIMS.md's definition, or None."""
-    error = trained.dir.error()
-    if error is not None or trained.dir.summary() is None:
-        return (error or "no summary").strip().splitlines()[-1]
-    summary = trained.summary
-    losses = list(logged(trained)[1]) + [r["loss"] for r in summary["eval"].values()]
-    if not all(math.isfinite(x) for x in losses):
-        return "non-finite loss"
-    if summary["skipped_updates"]:
-        return f"{summary['skipped_updates']} skipped updates"
-    start, final = step0_loss(trained), summary["train_loss"]
-    if final > start - DIVERGED_MARGIN:
-        return f"final training loss {final:.3f} > step-0 loss {start:.3f} - {DIVERGED_MARGIN}"
-    return None
-
-
-def attention_grad_max(trained) -> float:
-    """Largest logged ``grad_norm/block_<l>/attention`` over layers and steps (NaN counts)."""
-    values = [v for r in trained.dir.metrics() for k, v in r.items()
-              if k.startswith("grad_norm/block_") and k.endswith("/attention")]
-    return float(np.max(values)) if values else float("nan")
-
-
 def describe(trained, unscaled: bool) -> dict:
     """Spikes and losses of a run; for an unscaled one (the runs (a) and (b) judge) also its
-    divergence, step-0 loss and attention gradients (the step-0 loss costs a compile)."""
+    divergence, step-0 loss and attention gradients."""
     ok = trained.dir.error() is None and trained.dir.summary() is not None
     out = {"spikes": spikes(trained) if ok else None,
            "train_loss": trained.summary["train_loss"] if ok else None,
            "loss": trained.loss() if ok else None}
     if unscaled:
-        out.update(diverged=diverged(trained), step0_loss=step0_loss(trained),
+        out.update(diverged=diverged(trained),
+                   step0_loss=trained.summary["initial_loss"] if ok else None,
                    attention_grad_max=attention_grad_max(trained))
     return out
 
@@ -202,13 +136,9 @@ def verdict(results):
             "c": over_regimes(c, "; ".join(ev_c))}
 
 
-def seeds_text(by_seed: dict, key: str, spec: str = ".3f") -> str:
-    return "/".join("-" if x[key] is None else format(x[key], spec) for x in by_seed.values())
-
-
 def _pairs(by_seed: dict, first: str, last: str) -> str:
-    return "/".join(f"{x[first]:.2f}->{'-' if x[last] is None else format(x[last], '.2f')}"
-                    for x in by_seed.values())
+    text = lambda v: "-" if v is None else format(v, ".2f")
+    return "/".join(f"{text(x[first])}->{text(x[last])}" for x in by_seed.values())
 
 
 def _example(spikes_unscaled: int, flat: bool, capped_loss: float) -> dict:

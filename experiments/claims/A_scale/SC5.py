@@ -4,9 +4,9 @@ training.
 Measure: S-text at 300 steps (SC3's 300-step arm) with ``model.attention.scale_multiplier``
 m = 1 and m = 2, regimes lr 3e-3 and 1e-2, seeds 0, 1: all eight runs differ only in values
 (seed, lr, m) and train as lanes of the shared 300-step program. Per run: spikes, skipped
-updates, divergence (SC3's definitions), the largest logged ``max_attn_logit`` and the standard
-deviation of the step-to-step change of the logged training loss after the warmup (the same
-pairs the spike count reads).
+updates, divergence (CLAIMS.md's, ``attnjax.audit.dynamics``), the largest logged
+``max_attn_logit`` and the standard deviation of the step-to-step change of the logged
+training loss after the warmup (the same pairs the spike count reads).
 
 Not run: the S-wide regime of CLAIMS.md (8 S-wide lanes cost ~15-25 units, beyond group A's
 share); the verdict's regimes are S-text lr 3e-3 and 1e-2 only.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnjax.audit import load_claim, over_regimes
+from attnjax.audit import dynamics, load_claim, over_regimes
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
 
 SC3 = load_claim(Path(__file__).with_name("SC3.py")).module
@@ -44,11 +44,11 @@ def get_sweep():
 def describe(trained) -> dict:
     finished = trained.dir.summary() is not None
     logits = [r["max_attn_logit"] for r in trained.dir.metrics()]
-    return {"diverged": SC3.diverged(trained),
-            "spikes": SC3.spikes(trained) if finished else None,
+    return {"diverged": dynamics.diverged(trained),
+            "spikes": dynamics.spikes(trained) if finished else None,
             "skipped": trained.summary["skipped_updates"] if finished else None,
             "max_attn_logit": float(np.max(logits)) if logits else None,
-            "change_std": float(np.std(SC3.loss_changes(trained))) if finished else None}
+            "change_std": float(np.std(dynamics.loss_changes(trained))) if finished else None}
 
 
 def measure(runs):
@@ -68,7 +68,7 @@ def verdict(results):
     holding, evidence = {}, []
     for name, r in results.items():
         holding[name] = {s: _unstable(r["2"][s], r["1"][s]) for s in r["2"]}
-        cell = lambda m, key, spec, r=r: SC3.seeds_text(r[m], key, spec)
+        cell = lambda m, key, spec, r=r: dynamics.seeds_text(r[m], key, spec)
         div = {m: sum(x["diverged"] is not None for x in r[m].values()) for m in ("1", "2")}
         evidence.append(
             f"{name}: m=2 vs m=1 spikes {cell('2', 'spikes', 'd')} vs {cell('1', 'spikes', 'd')}, "

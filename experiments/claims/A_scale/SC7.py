@@ -3,18 +3,17 @@
 
 Measure: the trained runs of SC3, SC5 and SC8, TR1's if its claim file exists
 (``G_dynamics/TR1.py``), and the S-text baseline ``{}`` (600 steps); seeds 0, 1. Per run:
-divergence (SC3's definition), validation loss, and the unscaled causal max q.k^T (as the
-article prints it: without the scale) at every logged step, ``max_attn_logit / s`` (s = m x the
-fixed scale policy; the logged value is taken before soft-capping); for the healthy runs, at the
-final checkpoint on 8 validation windows: ``q_norm`` and ``k_norm`` per head (RMS over
-positions i >= 8 of the vectors that meet in the scores) and the unscaled causal max q.k^T over
-rows i >= 8.
+divergence (CLAIMS.md's, ``attnjax.audit.dynamics``), validation loss, and the unscaled
+causal max q.k^T (as the article prints it: without the scale) at every logged step,
+``max_attn_logit / s`` (s = m x the fixed scale policy; the logged value is taken before
+soft-capping); for the healthy runs, at the final checkpoint on 8 validation windows:
+``q_norm`` and ``k_norm`` per head (RMS over positions i >= 8 of the vectors that meet in
+the scores) and the unscaled causal max q.k^T over rows i >= 8.
 
 Resolved here: healthy = not diverged and validation loss within 0.1 of the best run of its
 setting (same data, width, depth and step count); (a) reads every head of every layer at the
-end; (b) counts a non-finite logged maximum as past 50 (inf), and is untestable if no run passes 50.
-Divergence is determined only for the runs it decides (within 0.1 of their setting's best, or
-past 50): its step-0 loss costs a compile per program.
+end; (b) counts a non-finite logged maximum as past 50 (inf), and is untestable if no run
+passes 50.
 
     attnjax audit experiments/claims --workdir runs/claims --only SC7
 
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.analysis.capture import probe_batch
-from attnjax.audit import load_claim, over_regimes, untestable
+from attnjax.audit import dynamics, load_claim, over_regimes, untestable
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
 from attnjax.nn.probe import capture
 from attnjax.ops import stats
@@ -123,11 +122,10 @@ def measure(runs):
     for r in out.values():
         if r["loss"] is not None and np.isfinite(r["loss"]):
             best[r["setting"]] = min(best.get(r["setting"], np.inf), r["loss"])
-    for t in runs.all:      # divergence (its step-0 loss costs a compile) only where it decides
+    for t in runs.all:
         r = out[t.run.name]
         near = r["loss"] is not None and r["loss"] <= best[r["setting"]] + HEALTHY_MARGIN
-        past = r["logged_max"] is not None and not r["logged_max"] <= BLOW_UP
-        r["diverged"] = SC3.diverged(t) if near or past else None
+        r["diverged"] = dynamics.diverged(t)
         r["healthy"] = near and r["diverged"] is None
         r["end"] = end_stats(t) if r["healthy"] else None
     return out

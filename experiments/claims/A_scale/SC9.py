@@ -5,25 +5,15 @@ Measure: S-text at 300 steps (SC3's 300-step arm), seeds 0, 1: after training, `
 (row i's entropy / log(i + 1), rows i >= 8) averaged over every layer, head and example of 8
 validation windows of the run's own data, for (a) unscaled (``model.attention.scale=constant``:
 SC3's run), (b) head_dim 4, 8, 32 at 4 heads (``model.attention.head_dim``; 16 is the default),
-(c) i.i.d. uniform random bytes as a token file (``data.task=tokens``), each against the
-default.
-
-The token file: 2^20 uint16 ids drawn uniformly from [0, 256) by ``numpy.random.default_rng(0)``
-(a pure function of that seed), written by ``get_sweep`` (so before anything trains, and again
-by any audit that finds it missing) to ``RANDOM_TOKENS`` in the system's temporary directory:
-the path is part of the run's config and name, so it cannot live in the audit workdir, which
-``get_sweep`` does not know. attnjax has no data task of i.i.d. random tokens that would make
-the file unnecessary.
+(c) i.i.d. uniform random bytes (``data.task=uniform``, 256 tokens: the best model is
+uniform, loss ln 256), each against the default.
 
     attnjax audit experiments/claims --workdir runs/claims --only SC9
 
-Budget: 4 new programs of 2 lanes at 300 steps (the token file is read on the host, one step
-per dispatch: ~1.5x), ~4 units.
+Budget: 4 new arms at 300 steps (seeds 0, 1).
 """
 
 import functools
-import os
-import tempfile
 from pathlib import Path
 
 import jax
@@ -44,32 +34,18 @@ CLAIM = ("near-uniform attention comes from (a) a missing scale, else (b) a d_k 
 CRITERION = ("(a), (c) norm_entropy >= default + 0.1; (b) rises as head_dim falls, head_dim 4 >= "
              "default + 0.1")
 FIRST_ROW, MARGIN, PROBE_EXAMPLES = 8, 0.1, 8
-RANDOM_TOKENS = Path(tempfile.gettempdir()) / "attnjax-audit" / "SC9-random-bytes-seed0.u16"
-TOKENS, TOKEN_SEED, VOCAB = 2**20, 0, 256
 HEAD_DIMS = (4, 8, 16, 32)          # 16: the default (head_dim unset)
 
 
-def random_token_file() -> str:
-    """Write (if absent or different) the i.i.d. random-byte token file; return its path."""
-    tokens = np.random.default_rng(TOKEN_SEED).integers(0, VOCAB, TOKENS).astype(np.uint16)
-    if not (RANDOM_TOKENS.is_file() and RANDOM_TOKENS.read_bytes() == tokens.tobytes()):
-        RANDOM_TOKENS.parent.mkdir(parents=True, exist_ok=True)
-        partial = RANDOM_TOKENS.with_suffix(f".{os.getpid()}.tmp")
-        tokens.tofile(partial)
-        os.replace(partial, RANDOM_TOKENS)
-    return str(RANDOM_TOKENS)
-
-
 def arms() -> dict[str, dict]:
-    """name -> overrides (``random`` needs ``random_token_file()`` to have run)."""
+    """name -> overrides."""
     out = {"default": {}, "unscaled": {"model.attention.scale": "constant"}}
     out.update({f"head_dim {h}": {"model.attention.head_dim": h} for h in HEAD_DIMS if h != 16})
-    out["random"] = {"data.task": "tokens", "data.path": str(RANDOM_TOKENS)}
+    out["random"] = {"data.task": "uniform", "data.vocab_size": 256, "model.vocab_size": 256}
     return {name: {**SC3.STEPS, **o} for name, o in out.items()}
 
 
 def get_sweep():
-    random_token_file()
     return with_seeds(list(arms().values()))
 
 
