@@ -25,7 +25,7 @@ from attnjax.rundir import RunDir
 from attnjax.train import hyper
 from attnjax.train.logging import MetricsWriter, Progress
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_params, init_state
+from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
 from attnjax.train.strided import make_strided_eval_step, strided_options, windows
 
@@ -273,7 +273,7 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
         return [{"status": "interrupted", "step": step} for _ in runs]
     final_state = runner.unplace(state)
     final = results or _evaluate_group(configs, final_state.params, dataset, None, group)
-    initial = _initial_losses(configs, dataset, group)
+    initial = _initial_losses(configs, runner, dataset, group)
     summaries = []
     for r in runs:
         # a run killed after its last checkpoint but before its summary logs nothing when rerun
@@ -293,12 +293,14 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
     return summaries
 
 
-def _initial_losses(configs: list[Config], dataset: Dataset, group) -> list[float]:
+def _initial_losses(configs: list[Config], runner: Runner, dataset: Dataset,
+                    group) -> list[float]:
     """Each run's validation loss at the training length before its first update (its
     parameters at initialisation, a pure function of its seed): the reference by which a
-    run that ends no better than it started is seen to have diverged."""
-    initial = [init_params(c) for c in configs]
-    params = _stack(initial) if group else initial[0]
+    run that ends no better than it started is seen to have diverged. The parameters are
+    placed as the trained ones are, so the evaluation step is not traced again."""
+    states = [init_state(c) for c in configs]
+    params = runner.unplace(runner.place(_stack(states) if group else states[0])).params
     length = configs[0].data.length
     return [r[length]["loss"] for r in _evaluate_group(configs, params, dataset, [length], group)]
 
