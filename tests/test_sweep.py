@@ -3,6 +3,10 @@ vmapped runs equal to the same runs trained alone."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +15,10 @@ import pytest
 from attnjax.config import AttentionConfig, Config, ModelConfig, TrainConfig, apply_overrides
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
-from attnjax.sweep.launch import core_shares, divergence, run_sweep, vmap_groups, worker_pool
+from attnjax.sweep.launch import divergence, run_sweep, vmap_groups
+from attnjax.sweep.workers import core_shares
 from attnjax.train import hyper, loop, train
-from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli
+from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli, subprocess_env
 
 # five steps per dispatch: a stop flag checked three times stops a run after 15 of its 20 steps
 TINY = {**TINY_INDUCTION, "train.steps_per_dispatch": 5}
@@ -216,16 +221,70 @@ def test_core_shares_split_the_cores_disjointly(monkeypatch):
     assert core_shares(7) == [[0], [1], [2], [3], [4], [0], [1]]
 
 
-def _affinity(_):
-    return sorted(os.sched_getaffinity(0))
+def _record(path: Path) -> dict | None:
+    try:
+        return json.loads((path / "sweep.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
-def test_each_worker_is_pinned_to_its_share_of_the_cores():
-    """With 2 workers on this (>= 2-core) machine a worker runs on half the cores, not all."""
-    shares = core_shares(2)
-    with worker_pool(2) as pool:
-        seen = list(pool.map(_affinity, range(4)))
-    assert all(s in shares for s in seen), (seen, shares)
+def _running_worker(sweep: Path, trained: bool, timeout: float = 300) -> tuple[str, int]:
+    """``(run name, worker pid)`` of a run marked running (``trained``: once it has logged)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for item in (_record(sweep) or {"runs": []})["runs"]:
+            if item["status"] == "running" and "pid" in item and (
+                    not trained or RunDir(sweep / item["name"]).metrics()):
+                return item["name"], item["pid"]
+        time.sleep(0.05)
+    raise AssertionError("no run was ever marked running")
+
+
+# 4 runs of 200 steps, checkpoints every 50: long enough to be killed mid-run
+KILLED = {"train.steps": 200, "train.checkpoint_every": 50, "train.eval_every": 50}
+
+
+@pytest.mark.parametrize("launcher, moment", [("processes", "starting"),
+                                              ("processes", "training"),
+                                              ("vmap-processes", "training")])
+def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, moment,
+                                                                     launcher):
+    """SIGKILL of a worker (as the out-of-memory killer does it) as soon as it is handed a run
+    (still importing or compiling) or once the run has logged: that run's task is recorded as
+    failed naming the signal, the other runs finish, nothing is left marked running, the
+    command exits 1, and ``--retry-failed`` resumes it to the result of an unbroken run."""
+    path = write_experiment(tmp_path, '[{"seed": s} for s in range(4)]')
+    sweep = tmp_path / "s"
+    overrides = [f"{k}={v}" for k, v in KILLED.items()]
+    command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
+               "--workdir", str(sweep), "--launcher", launcher, "--jobs", "2", "--no-progress"]
+    driver = subprocess.Popen(command, env=subprocess_env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    name, pid = _running_worker(sweep, trained=moment == "training")
+    if moment == "training" and len(os.sched_getaffinity(0)) >= 2:
+        assert sorted(os.sched_getaffinity(pid)) in core_shares(2)     # pinned to its share
+    os.kill(pid, signal.SIGKILL)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 1, err[-2000:]
+    runs = {r["name"]: r for r in _record(sweep)["runs"]}
+    killed = [r for r in runs.values() if r["status"] == "failed"]
+    assert name in {r["name"] for r in killed} and all("SIGKILL" in r["error"] for r in killed)
+    assert len(killed) == (1 if launcher == "processes" else 2)    # vmap-processes: 2 groups of 2
+    assert sum(r["status"] == "finished" for r in runs.values()) == 4 - len(killed)
+    assert not any("pid" in r for r in runs.values())
+    assert f"{name}: failed" in out
+    retry = subprocess.run([*command, "--retry-failed"], env=subprocess_env(), text=True,
+                           capture_output=True, timeout=300)
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert {r["status"] for r in _record(sweep)["runs"]} == {"finished"}
+    run = next(r for r in expand(path, overrides) if r.name == name)
+    alone = tmp_path / "alone"
+    train(run.config, alone, progress=False)
+    for a, b in zip(deterministic(RunDir(sweep / name).metrics()),
+                    deterministic(RunDir(alone).metrics()), strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
 
 
 def test_processes_launcher_and_cli(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,9 @@
 """Launching a sweep's runs: ``sequential`` (one process, one compiled program per structure),
-``processes`` (N worker processes) or ``vmap`` (runs that differ only in the seed or scalar
-hyperparameters train as one vmapped program; see ``attnjax.train.hyper``).
+``processes`` (N worker processes, each pinned to its share of the cores; see
+``attnjax.sweep.workers``), ``vmap`` (runs that differ only in the seed or scalar
+hyperparameters train as one vmapped program; see ``attnjax.train.hyper``) or
+``vmap-processes`` (such vmapped groups, side by side in pinned worker processes) or ``ray``
+(such groups as Ray tasks on a cluster; see ``attnjax.sweep.ray_launcher``).
 
 Every launcher skips finished runs and resumes interrupted ones from their checkpoints (the
 run directory is the truth), and isolates failures: a run that raises or diverges is recorded
@@ -10,19 +13,19 @@ other runs go on. A vmapped group that fails is retried run by run to find the c
 
 from __future__ import annotations
 
-import concurrent.futures
+import inspect
 import math
-import multiprocessing
 import os
 import traceback
 from pathlib import Path
 
-from attnjax.config import Config, from_dict, to_dict
+from attnjax.config import Config
 from attnjax.registry import LAUNCHERS
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.record import entry, open_record
 from attnjax.sweep.spec import Run, expand
 from attnjax.sweep.variants import eval_variants, evaluate_variants
+from attnjax.sweep.workers import run_tasks
 from attnjax.train import hyper
 from attnjax.train.loop import train, train_group
 
@@ -45,8 +48,9 @@ def divergence(summary: dict, config: Config) -> str | None:
 class _Sweep:
     """The record and the bookkeeping every launcher shares."""
 
-    def __init__(self, sweep_dir: SweepDir, record: dict, log):
+    def __init__(self, sweep_dir: SweepDir, record: dict, log, total: int = 0):
         self.sweep_dir, self.record, self.log = sweep_dir, record, log
+        self.total, self.done = total, 0        # runs to launch, and ended so far
 
     def run_dir(self, run: Run) -> RunDir:
         return self.sweep_dir.run(run.name)
@@ -57,6 +61,7 @@ class _Sweep:
     def finish(self, run: Run, summary: dict | None = None, error: str | None = None,
                trace: str | None = None, quiet: bool = False):
         item = entry(self.record, run.name)
+        item.pop("pid", None)
         if error is None and summary["status"] != "finished":
             item.update(status="interrupted", error=None)
         else:
@@ -67,18 +72,21 @@ class _Sweep:
         self.save()
         if quiet:
             return
+        self.done += 1
         shown = error or (f"val loss {summary['eval'][str(run.config.data.length)]['loss']:.4f}"
                           if item["status"] == "finished" else item["status"])
-        self.log(f"  {run.name}: {item['status']} ({shown})")
+        self.log(f"  [{self.done}/{self.total}] {run.name}: {item['status']} ({shown})")
 
-    def mark_running(self, runs: list[Run]):
+    def mark_running(self, runs: list[Run], pid: int | None = None):
+        """``runs`` are being trained now (by the process ``pid``, where it is known)."""
         for run in runs:
-            entry(self.record, run.name)["status"] = "running"
+            entry(self.record, run.name).update(status="running",
+                                                **({"pid": pid} if pid else {}))
         self.save()
 
     def train_one(self, run: Run, progress: bool) -> dict | None:
         """Train one run in this process; returns its summary, or None if it failed."""
-        self.mark_running([run])
+        self.mark_running([run], os.getpid())
         try:
             summary = train(run.config, self.run_dir(run).path, progress=progress)
         except KeyboardInterrupt:
@@ -110,51 +118,15 @@ def enable_compile_cache():
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
-def core_shares(jobs: int) -> list[list[int]]:
-    """This process's CPU cores split into ``jobs`` disjoint, contiguous shares (as even as
-    possible; with fewer cores than jobs, workers share cores round-robin). Each worker pins
-    itself to one, so XLA's threads of two workers do not fight over the same cores: two
-    single-core workers train ~1.6x the tokens per second of one process on both cores of
-    this 2-core machine (S-text)."""
-    cores = sorted(os.sched_getaffinity(0))
-    if jobs >= len(cores):
-        return [[cores[i % len(cores)]] for i in range(jobs)]
-    bounds = [round(i * len(cores) / jobs) for i in range(jobs + 1)]
-    return [cores[bounds[i]:bounds[i + 1]] for i in range(jobs)]
-
-
-def _pin_worker(shares) -> None:
-    """Worker-process initializer: take the next free core share and pin to it."""
-    os.sched_setaffinity(0, shares.get())
-
-
-def _train_in_worker(config: dict, run_dir: str) -> dict:
-    """Worker-process body: a run's summary, or its error and traceback."""
-    enable_compile_cache()
-    try:
-        return {"summary": train(from_dict(Config, config), run_dir, progress=False)}
-    except Exception as error:  # noqa: BLE001
-        return {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
-
-
-def worker_pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
-    """``jobs`` spawned worker processes, each pinned to its own share of the cores."""
-    context = multiprocessing.get_context("spawn")
-    shares = context.Queue()
-    for share in core_shares(jobs):
-        shares.put(share)
-    return concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context,
-                                                  initializer=_pin_worker, initargs=(shares,))
-
-
 def _processes(sweep: _Sweep, runs: list[Run], jobs, progress):
-    sweep.mark_running(runs)
-    with worker_pool(jobs or 2) as pool:
-        futures = {pool.submit(_train_in_worker, to_dict(run.config), str(sweep.run_dir(run).path)):
-                   run for run in runs}
-        for future in concurrent.futures.as_completed(futures):
-            run, result = futures[future], future.result()
-            sweep.finish(run, result.get("summary"), result.get("error"), result.get("trace"))
+    run_tasks(sweep, [[run] for run in runs], jobs or 2)
+
+
+def _vmap_processes(sweep: _Sweep, runs: list[Run], jobs, progress):
+    """Vmapped groups of at most ``ceil(runs / jobs)`` runs, so that a few runs still use
+    every worker."""
+    jobs = jobs or len(os.sched_getaffinity(0))
+    run_tasks(sweep, vmap_groups(runs, math.ceil(len(runs) / jobs) or 1), jobs)
 
 
 def vmap_groups(runs: list[Run], max_size: int | None = None) -> list[list[Run]]:
@@ -174,7 +146,7 @@ def _vmap(sweep: _Sweep, runs: list[Run], jobs, progress):
             continue
         sweep.log(f"training {len(group)} runs as one vmapped program: "
                   f"{', '.join(r.name for r in group)}")
-        sweep.mark_running(group)
+        sweep.mark_running(group, os.getpid())
         try:
             summaries = train_group([r.config for r in group],
                                     [sweep.run_dir(r).path for r in group], progress=progress)
@@ -197,34 +169,59 @@ def _keep_going(summary: dict | None) -> bool:
     return summary is None or summary["status"] != "interrupted"
 
 
-# A launcher is ``fn(sweep, runs, jobs, progress)``: train ``runs`` (a list of ``Run``), report
-# each through ``sweep.finish``, and stop launching after a run that was interrupted.
+def _ray(sweep: _Sweep, runs: list[Run], jobs, progress, *, address: str | None = None,
+         cpus_per_run: float = 1.0, gpus_per_run: float = 0.0):
+    from attnjax.sweep.ray_launcher import run_on_ray
+    run_on_ray(sweep, vmap_groups(runs, jobs), address=address, cpus_per_run=cpus_per_run,
+               gpus_per_run=gpus_per_run)
+
+
+# A launcher is ``fn(sweep, runs, jobs, progress, **options)``: train ``runs`` (a list of
+# ``Run``), report each through ``sweep.finish``, and stop launching after a run that was
+# interrupted; ``options`` are its own keyword arguments (``--address`` and the like).
 LAUNCHERS.register("sequential", _sequential)
 LAUNCHERS.register("processes", _processes)
 LAUNCHERS.register("vmap", _vmap)
+LAUNCHERS.register("vmap-processes", _vmap_processes)
+LAUNCHERS.register("ray", _ray)
+
+
+def _check_options(launcher: str, launch, options: dict) -> None:
+    """Refuse launcher options the chosen launcher does not take, before anything runs."""
+    takes = {name for name, p in inspect.signature(launch).parameters.items()
+             if p.kind is p.KEYWORD_ONLY}
+    for name in options:
+        if name not in takes:
+            owners = [n for n in LAUNCHERS.names()
+                      if name in inspect.signature(LAUNCHERS.get(n, "--launcher")).parameters]
+            raise ValueError(f"--{name.replace('_', '-')} applies to --launcher "
+                             f"{' or '.join(owners) or 'none'}, not {launcher}")
 
 
 def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = "sequential",
               jobs: int | None = None, overrides: list[str] = (), progress: bool = True,
-              retry_failed: bool = False, log=print) -> dict:
+              retry_failed: bool = False, log=print, options: dict | None = None) -> dict:
     """Run (or resume) every run of an experiment's sweep into ``directory``; returns the
-    record (see ``attnjax.sweep.record``). ``jobs``: worker processes for ``processes``, the
-    largest vmapped group for ``vmap``."""
-    LAUNCHERS.get(launcher, "--launcher")
+    record (see ``attnjax.sweep.record``). ``jobs``: worker processes for ``processes`` and
+    ``vmap-processes``, the largest vmapped group for ``vmap`` and ``ray``; ``options``: the
+    launcher's own (``ray``: ``address``, ``cpus_per_run``, ``gpus_per_run``)."""
+    _check_options(launcher, LAUNCHERS.get(launcher, "--launcher"), options or {})
     runs = expand(experiment, overrides)
     variants = eval_variants(experiment, runs)
     return launch_runs(runs, directory, label=str(experiment), overrides=overrides,
                        launcher=launcher, jobs=jobs, progress=progress,
-                       retry_failed=retry_failed, log=log, variants=variants)
+                       retry_failed=retry_failed, log=log, variants=variants, options=options)
 
 
 def launch_runs(runs: list[Run], directory: str | Path, *, label: str, overrides: list[str] = (),
                 launcher: str = "sequential", jobs: int | None = None, progress: bool = True,
-                retry_failed: bool = False, log=print, variants=None) -> dict:
+                retry_failed: bool = False, log=print, variants=None,
+                options: dict | None = None) -> dict:
     """Run (or resume) ``runs`` into the sweep directory ``directory`` (recorded as sweep
     ``label``): finished runs are skipped, interrupted ones resume, failed ones are retried
     only with ``retry_failed``; then the evaluation ``variants`` of finished runs."""
     launch = LAUNCHERS.get(launcher, "--launcher")
+    _check_options(launcher, launch, options or {})
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     sweep_dir = SweepDir(directory)
@@ -241,6 +238,7 @@ def launch_runs(runs: list[Run], directory: str | Path, *, label: str, overrides
     finished = sum(entry(record, r.name)["status"] == "finished" for r in runs)
     log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
         f"({launcher} launcher)")
-    launch(sweep, todo, jobs, progress)
+    sweep.total = len(todo)
+    launch(sweep, todo, jobs, progress, **(options or {}))
     evaluate_variants(sweep, runs, variants or [])
     return record
