@@ -1,0 +1,96 @@
+"""``--launcher ray``: each vmapped group of runs (``vmap_groups``; a run alone when nothing
+shares its structure) is one Ray task, on an existing cluster (``--address``, else
+``RAY_ADDRESS``; ``auto`` finds a local one) or on a local instance started for the sweep and
+stopped after it, with ``--cpus-per-run`` CPUs (and ``--gpus-per-run`` GPUs) reserved per run.
+
+The contract is the local launchers': the run directories (on storage every node sees) are
+the truth, so a rerun of the driver skips finished runs and resumes interrupted ones from
+their checkpoints; a task that raises, or whose worker dies (SIGKILL, as the out-of-memory
+killer sends it: Ray reports the crash), records its runs as failed with the error, and the
+other tasks go on; Ray does not retry a task (``max_retries=0``): ``--retry-failed`` does, from
+the last checkpoint. Ctrl-C cancels the tasks and records their runs as interrupted.
+
+Needs the optional extra: ``pip install 'attnjax[ray]'``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from attnjax.config import to_dict
+from attnjax.sweep.workers import train_task
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--launcher ray needs Ray: pip install 'attnjax[ray]'") from None
+    return ray
+
+
+def _train_on_ray(configs: list[dict], run_dirs: list[str]) -> list[dict]:
+    """Ray task body: train one task (see ``attnjax.sweep.workers.train_task``)."""
+    from attnjax.sweep.launch import enable_compile_cache
+    enable_compile_cache()
+    return train_task(configs, run_dirs)
+
+
+def connect(ray, address: str | None) -> bool:
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local instance;
+    returns whether this process started it (and so must stop it)."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    ray.init(address=address, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    return address is None
+
+
+def _describe(ray, error) -> str:
+    """One line for a task that Ray could not finish."""
+    first = next(iter(str(error).strip().splitlines()), "")
+    if isinstance(error, (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError)):
+        return (f"{type(error).__name__}: the Ray worker training this run died (killed, e.g. "
+                "by the out-of-memory killer); rerun with --retry-failed to resume it from its "
+                f"last checkpoint. Ray: {first}")
+    return f"{type(error).__name__}: {first}"
+
+
+def run_on_ray(sweep, tasks: list[list], *, address: str | None = None,
+               cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> None:
+    """Train ``tasks`` (lists of runs trained together) as Ray tasks, reporting every run
+    through ``sweep.finish`` as its task ends."""
+    ray = _import_ray()
+    started = connect(ray, address)
+    remote = ray.remote(max_retries=0)(_train_on_ray)
+    try:
+        refs = {}
+        for task in tasks:
+            options = {"num_cpus": cpus_per_run * len(task)}
+            if gpus_per_run:
+                options["num_gpus"] = gpus_per_run * len(task)
+            dirs = [str(sweep.run_dir(run).path) for run in task]
+            ref = remote.options(**options).remote([to_dict(r.config) for r in task], dirs)
+            refs[ref] = task
+            sweep.mark_running(task)
+        try:
+            while refs:
+                done, _ = ray.wait(list(refs), num_returns=1)
+                task = refs.pop(done[0])
+                try:
+                    results = ray.get(done[0])
+                except ray.exceptions.RayError as error:
+                    results = [{"error": _describe(ray, error), "trace": str(error)}] * len(task)
+                for run, result in zip(task, results):
+                    sweep.finish(run, result.get("summary"), result.get("error"),
+                                 result.get("trace"))
+        except BaseException:
+            for ref, task in refs.items():
+                ray.cancel(ref)
+                for run in task:
+                    sweep.finish(run, {"status": "interrupted"})
+            raise
+    finally:
+        if started:
+            ray.shutdown()

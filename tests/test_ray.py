@@ -1,0 +1,77 @@
+"""The ``ray`` launcher on a real local Ray instance (started by the sweep, as on a laptop):
+a 4-run sweep in which one run's Ray worker is killed mid-run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnjax.rundir import RunDir
+from attnjax.sweep import expand
+from attnjax.train import train
+from helpers import deterministic, run_cli, subprocess_env
+from test_sweep import KILLED, write_experiment
+
+
+def _ray_workers() -> list[int]:
+    """PIDs of Ray workers running an attnjax task (Ray titles them ``ray::<task>``)."""
+    out = subprocess.run(["pgrep", "-f", "ray::_train_on_ray"], capture_output=True, text=True)
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def _wait_for_a_logging_run(sweep: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(RunDir(d).metrics() for d in sweep.glob("seed=*")) and _ray_workers():
+            return
+        time.sleep(0.1)
+    raise AssertionError("no Ray task ever started logging")
+
+
+def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path):
+    path = write_experiment(tmp_path, '[{"seed": s} for s in range(4)]')
+    sweep = tmp_path / "s"
+    overrides = [f"{k}={v}" for k, v in KILLED.items()]
+    command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
+               "--workdir", str(sweep), "--launcher", "ray", "--jobs", "1",
+               "--cpus-per-run", "1", "--no-progress"]
+    env = subprocess_env()                       # no RAY_ADDRESS: a local instance for the sweep
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    _wait_for_a_logging_run(sweep)
+    os.kill(_ray_workers()[0], signal.SIGKILL)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 1, err[-3000:]
+    runs = json.loads((sweep / "sweep.json").read_text())["runs"]
+    failed = [r for r in runs if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["error"].startswith("WorkerCrashedError: the Ray")
+    assert sorted(r["status"] for r in runs) == ["failed"] + ["finished"] * 3
+    assert "[4/4]" in out
+    retry = subprocess.run([*command, "--retry-failed"], env=env, text=True,
+                           capture_output=True, timeout=300)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert {r["status"] for r in json.loads((sweep / "sweep.json").read_text())["runs"]} == {
+        "finished"}
+    name = failed[0]["name"]
+    run = next(r for r in expand(path, overrides) if r.name == name)
+    train(run.config, tmp_path / "alone", progress=False)
+    for a, b in zip(deterministic(RunDir(sweep / name).metrics()),
+                    deterministic(RunDir(tmp_path / "alone").metrics()), strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
+
+
+def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):
+    path = write_experiment(tmp_path, '[{"seed": 0}]')
+    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
+                             "--launcher", "vmap", "--address", "auto")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--address applies to --launcher ray, not vmap" in err
+    assert not (tmp_path / "s").exists()
