@@ -184,39 +184,61 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
     return rows
 
 
-def run_sweep_benchmark(experiment: str = "experiments/mqar.py", seeds: int = 8,
-                        steps: int = 1000, out: str | None = None) -> dict:
-    """Wall time of ``seeds`` seeds of an experiment trained one after another (the
-    ``sequential`` launcher: one compiled program, reused) against the same runs as one
-    vmapped program (the ``vmap`` launcher), compilation included, in fresh directories."""
+SWEEP_LAUNCHERS = ("sequential", "vmap", "processes", "vmap-processes", "ray")
+
+
+def run_sweep_benchmark(experiment: str = "experiments/baseline.py", seeds: int = 8,
+                        steps: int = 300, launchers=SWEEP_LAUNCHERS,
+                        out: str | None = None) -> dict:
+    """Wall time of the same sweep (``seeds`` seeds of ``experiment`` at ``steps`` steps) with
+    each launcher, in fresh directories, compilation and worker start-up included (JAX's
+    persistent compilation cache off, so no launcher inherits another's programs), and the
+    largest per-run validation-loss difference from the first launcher's (runs must agree)."""
+    import os
     import tempfile
 
     from attnjax.config import apply_overrides
     from attnjax.experiment import experiment_config
-    from attnjax.train.loop import train, train_group
+    from attnjax.sweep.launch import launch_runs
+    from attnjax.sweep.spec import Run
     base = experiment_config(experiment, {"train.steps": steps})
-    configs = [apply_overrides(base, {"seed": seed}) for seed in range(seeds)]
+    runs = [Run(f"seed={seed}", {"seed": seed}, apply_overrides(base, {"seed": seed}))
+            for seed in range(seeds)]
     times, losses = {}, {}
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        summaries = [train(c, f"{tmp}/seq/{i}", progress=False) for i, c in enumerate(configs)]
-        times["sequential"] = time.perf_counter() - start
-        losses["sequential"] = [s["eval"][str(base.data.length)]["loss"] for s in summaries]
-        start = time.perf_counter()
-        summaries = train_group(configs, [f"{tmp}/vmap/{i}" for i in range(seeds)],
-                                progress=False)
-        times["vmap"] = time.perf_counter() - start
-        losses["vmap"] = [s["eval"][str(base.data.length)]["loss"] for s in summaries]
-    speedup = times["sequential"] / times["vmap"]
-    print(f"{seeds} seeds of {experiment}, {steps} steps each "
-          f"(d_model {base.model.d_model}, {base.model.num_layers} layers, batch "
-          f"{base.train.batch_size}, length {base.data.length})")
-    print(f"{'launcher':<12} {'wall s':>8} {'mean val loss':>14}")
-    for name in times:
-        print(f"{name:<12} {times[name]:>8.1f} {np.mean(losses[name]):>14.4f}")
-    print(f"vmap is {speedup:.2f}x faster than sequential; largest per-seed val loss "
-          f"difference {np.max(np.abs(np.subtract(*losses.values()))):.2e}")
-    result = {"experiment": experiment, "seeds": seeds, "steps": steps, "seconds": times,
-              "val_loss": losses, "speedup": speedup, "backend": jax.default_backend()}
+    cache = os.environ.get("ATTNJAX_COMPILE_CACHE")
+    enabled = jax.config.jax_enable_compilation_cache
+    os.environ["ATTNJAX_COMPILE_CACHE"] = ""            # workers inherit it: no cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for launcher in launchers:
+                start = time.perf_counter()
+                record = launch_runs(runs, f"{tmp}/{launcher}", label=experiment,
+                                     launcher=launcher, progress=False, log=lambda *_: None)
+                times[launcher] = time.perf_counter() - start
+                losses[launcher] = [r["summary"]["eval"][str(base.data.length)]["loss"]
+                                    for r in record["runs"]]
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        if cache is None:
+            os.environ.pop("ATTNJAX_COMPILE_CACHE")
+        else:
+            os.environ["ATTNJAX_COMPILE_CACHE"] = cache
+    first = launchers[0]
+    rows = [{"launcher": name, "seconds": times[name], "speedup": times[first] / times[name],
+             "mean_val_loss": float(np.mean(losses[name])),
+             "max_loss_difference": float(np.max(np.abs(np.subtract(losses[name],
+                                                                    losses[first]))))}
+            for name in launchers]
+    print(f"{seeds} seeds of {experiment}, {steps} steps each (d_model {base.model.d_model}, "
+          f"{base.model.num_layers} layers, batch {base.train.batch_size}, length "
+          f"{base.data.length}) on {os.cpu_count()} cores, compilation included")
+    print(f"{'launcher':<15} {'wall s':>8} {'vs ' + first:>15} {'mean val loss':>14} "
+          f"{'max diff':>9}")
+    for r in rows:
+        print(f"{r['launcher']:<15} {r['seconds']:>8.1f} {r['speedup']:>14.2f}x "
+              f"{r['mean_val_loss']:>14.4f} {r['max_loss_difference']:>9.1e}")
+    result = {"experiment": experiment, "seeds": seeds, "steps": steps, "rows": rows,
+              "val_loss": losses, "backend": jax.default_backend()}
     write_json(out, result)
     return result

@@ -92,12 +92,28 @@ def _generate(args) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _sweep(args) -> int:
     from attnjax.sweep.launch import enable_compile_cache, run_sweep
     enable_compile_cache()
+    options = {name: getattr(args, name) for name in ("address", "cpus_per_run", "gpus_per_run")
+               if getattr(args, name) is not None}
     record = run_sweep(args.experiment, args.workdir, launcher=args.launcher, jobs=args.jobs,
                        overrides=args.overrides, progress=not args.no_progress,
-                       retry_failed=args.retry_failed)
+                       retry_failed=args.retry_failed, options=options)
     from attnjax.analysis.report import sweep_status_table
     print(sweep_status_table(args.workdir))
     failed = [run["name"] for run in record["runs"] if run["status"] == "failed"]
@@ -192,13 +208,17 @@ def _bench(args) -> int:
         run_generate_benchmark(_bench_config(args.overrides), args.lengths or (128, 256, 512, 1024),
                                args.fills, batch=args.batch, out=args.out)
         return 0
+    if args.what == "sweep" and len(args.overrides) <= 1 and all(
+            o.endswith(".py") for o in args.overrides):
+        bench.run_sweep_benchmark(*args.overrides, seeds=args.seeds, steps=args.steps or 300,
+                                  launchers=args.launchers or bench.SWEEP_LAUNCHERS,
+                                  out=args.out)
+        return 0
     if args.overrides:
         raise ValueError(f"bench {args.what} takes no config ({' '.join(args.overrides)}); "
-                         "bench memory and bench generate do")
+                         "bench memory and bench generate do, bench sweep an EXPERIMENT.py")
     if args.what == "train":
         bench.run_train_benchmark(steps=args.steps or 50, out=args.out)
-    elif args.what == "sweep":
-        bench.run_sweep_benchmark(seeds=args.seeds, steps=args.steps or 1000, out=args.out)
     else:
         bench.run(lengths=args.lengths or (1024, 4096), kernels=args.kernels, out=args.out,
                   batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype)
@@ -347,11 +367,22 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="LAUNCHER",
                        help="how to run the runs, one of %(choices)s (default: %(default)s): "
                        "sequential trains them one after another in this process, processes "
-                       "in --jobs worker processes, vmap trains runs differing only in seed or "
-                       "scalar hyperparameters as one vmapped program")
+                       "in --jobs worker processes pinned to their share of the cores, vmap "
+                       "trains runs differing only in seed or scalar hyperparameters as one "
+                       "vmapped program, vmap-processes trains such vmapped groups side by "
+                       "side in --jobs pinned worker processes")
     sweep.add_argument("--jobs", type=int, default=None, metavar="N",
                        help="processes: number of worker processes (default 2); vmap: most "
-                       "runs in one vmapped program (default: all)")
+                       "runs in one vmapped program (default: all); vmap-processes: number "
+                       "of worker processes (default: one per core); ray: most runs in one "
+                       "task (default: all of a structure)")
+    sweep.add_argument("--address", default=None, metavar="ADDR",
+                       help="ray: the cluster to join (default: $RAY_ADDRESS, else a local "
+                       "instance started for the sweep; 'auto': a running local one)")
+    sweep.add_argument("--cpus-per-run", type=_positive, default=None, metavar="N",
+                       help="ray: CPUs reserved per run (default 1)")
+    sweep.add_argument("--gpus-per-run", type=_non_negative, default=None, metavar="N",
+                       help="ray: GPUs reserved per run (default 0)")
     sweep.add_argument("--retry-failed", action="store_true",
                        help="train runs recorded as failed again")
     sweep.add_argument("--no-progress", action="store_true",
@@ -370,12 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="audit directory: runs/, results/, plots/ and AUDIT.md")
     audit.add_argument("--only", default=None, metavar="ID,ID",
                        help="only these claims, e.g. PE4,MK2")
-    audit.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="processes",
-                       metavar="LAUNCHER", help="how to train the runs, one of %(choices)s "
-                       "(default: %(default)s, one worker per core: the audit's small runs "
-                       "train fastest single-threaded side by side)")
+    audit.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS),
+                       default="vmap-processes", metavar="LAUNCHER",
+                       help="how to train the runs, one of %(choices)s (default: %(default)s: "
+                       "the audit's small runs train fastest single-threaded side by side, "
+                       "and a vmapped group compiles once for its seeds)")
     audit.add_argument("--jobs", type=int, default=None, metavar="N",
-                       help="as for 'attnjax sweep' (default for processes: one per core)")
+                       help="as for 'attnjax sweep'")
     audit.add_argument("--publish", default=None, metavar="FILE.md",
                        help="also write the report to FILE.md with its plots beside it, e.g. "
                        "docs/CLAIMS_AUDIT.md")
@@ -491,22 +523,26 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tokens/s, MFU), vmap vs sequential sweeps, training-step memory or "
                     "generation with and without the KV cache", "Benchmark one of: "
                     "attention (compiled memory and time of each kernel's gradient), train "
-                    "(tokens/s and model-FLOPs utilisation), sweep (vmap vs sequential "
-                    "launcher wall time), memory (compiled memory of a config's training step, "
+                    "(tokens/s and model-FLOPs utilisation), sweep (wall time of one sweep "
+                    "with each launcher), memory (compiled memory of a config's training step, "
                     "not run) or generate (a cached decoding step at several cache fills, and "
                     "full forwards without a cache).")
     bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate"],
                        metavar="WHAT", help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
-                       help="memory, generate: the model and training config, an experiment "
+                       help="sweep: the experiment (EXPERIMENT.py); memory, generate: the "
+                       "model and training config, an experiment "
                        "file EXPERIMENT.py and/or KEY=VALUE overrides (default: the default "
                        "config, a width-128, 4-layer byte-level model)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",
                        help="train: timed steps per setting (default 50); sweep: steps per "
-                       "run (default 1000)")
+                       "run (default 300)")
     bench.add_argument("--seeds", type=int, default=8, metavar="N",
-                       help="sweep: number of seeds of experiments/mqar.py to train "
-                       "(default: %(default)s)")
+                       help="sweep: number of seeds of the experiment (default: "
+                       "%(default)s of experiments/baseline.py)")
+    bench.add_argument("--launchers", nargs="+", choices=_RegistryNames(LAUNCHERS),
+                       default=None, metavar="LAUNCHER",
+                       help="sweep: the launchers to time (default: all of %(choices)s)")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
                        help="attention: sequence lengths to measure (default: 1024 4096); "
                        "generate: tokens n of the full forwards (default: 128 256 512 1024)")

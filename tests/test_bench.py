@@ -119,3 +119,22 @@ def test_generation_benchmark_rows(tmp_path, capsys):
     assert "cached step of token t" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--fills must be 2 or more"):
         run_generate_benchmark(config, lengths=[8], fills=[1, 4])
+
+
+def test_sweep_benchmark_times_each_launcher_and_the_runs_agree(tmp_path, capsys):
+    """Two seeds of a tiny experiment with the in-process and the worker launchers: one row
+    per launcher, ratios to the first, the same validation losses from every launcher."""
+    experiment = tmp_path / "tiny.py"
+    experiment.write_text("from attnjax.config import Config, apply_overrides\n\n\n"
+                          f"def get_config():\n    return apply_overrides(Config(), "
+                          f"{TINY_INDUCTION!r})\n")
+    out = tmp_path / "sweep.json"
+    code, text, err = run_cli(capsys, "bench", "sweep", str(experiment), "--seeds", "2",
+                              "--steps", "20", "--launchers", "sequential", "vmap",
+                              "vmap-processes", "--out", str(out))
+    assert code == 0, err[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["launcher"] for r in rows] == ["sequential", "vmap", "vmap-processes"]
+    assert rows[0]["speedup"] == 1.0 and all(r["seconds"] > 0 for r in rows)
+    assert all(r["max_loss_difference"] < 1e-5 for r in rows)
+    assert "vmap-processes" in text and "vs sequential" in text
