@@ -88,9 +88,10 @@ class Runs:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimFile:
-    """One loaded claim file."""
+    """One loaded claim file (``text``: its source as loaded, which results are keyed by)."""
     path: Path
     module: ModuleType
+    text: str
 
     @property
     def id(self) -> str:
@@ -127,6 +128,7 @@ class ClaimFile:
 
 def load_claim(path: str | Path) -> ClaimFile:
     path = Path(path)
+    text = path.read_text()
     module = _import(path)
     missing = [name for name in REQUIRED if not hasattr(module, name)]
     if missing:
@@ -134,7 +136,7 @@ def load_claim(path: str | Path) -> ClaimFile:
     if module.ID != path.stem:
         raise ValueError(f"claim file {str(path)!r} defines ID={module.ID!r}; name it "
                          f"{module.ID}.py")
-    return ClaimFile(path, module)
+    return ClaimFile(path, module, text)
 
 
 def _import(path: Path) -> ModuleType:

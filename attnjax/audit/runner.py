@@ -4,7 +4,9 @@
       runs/               one sweep directory with every training run (a run two claims
                           share is trained once); resumable like any sweep
       results/<ID>.json   a claim's measured numbers and the fingerprint they belong to (the
-                          claim file's text and its runs): a rerun measures only what changed
+                          claim file's text as loaded, and its runs): a rerun measures only
+                          what changed (a change to attnjax itself is not seen: delete
+                          results/<ID>.json to measure a claim again)
       plots/<ID>-*.png
       AUDIT.md            verdict counts, one row per claim, plots
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 import traceback
@@ -60,7 +61,7 @@ def plain(value):
 
 
 def fingerprint(claim: ClaimFile, runs: list[Run]) -> str:
-    text = claim.path.read_text() + json.dumps(sorted(r.name for r in runs))
+    text = claim.text + json.dumps(sorted(r.name for r in runs))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -105,7 +106,7 @@ def publish(rows: list[dict], path: Path, *, seconds: dict) -> None:
 
 
 def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | None = None,
-              launcher: str = "processes", jobs: int | None = None, progress: bool = True,
+              launcher: str = "vmap-processes", jobs: int | None = None, progress: bool = True,
               publish_to: str | Path | None = None, log=print) -> dict:
     """Run (or resume) the audit of the claim files under ``directory`` into ``workdir``
     (and, with ``publish_to``, publish the report there); returns ``{"verdicts": {id: word},
@@ -119,8 +120,6 @@ def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | N
     began = time.perf_counter()
     if runs:
         log(f"training {len(runs)} runs for {sum(c.trains for c in claims)} claims")
-        if launcher == "processes" and jobs is None:
-            jobs = len(os.sched_getaffinity(0))
         launch_runs(runs, sweep_dir.path, label=f"audit of {directory}", launcher=launcher,
                     jobs=jobs, progress=progress, log=log)
     seconds = {"training": training_seconds(workdir, time.perf_counter() - began),
