@@ -380,9 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ray: the cluster to join (default: $RAY_ADDRESS, else a local "
                        "instance started for the sweep; 'auto': a running local one)")
     sweep.add_argument("--cpus-per-run", type=_positive, default=None, metavar="N",
-                       help="ray: CPUs reserved per run (default 1)")
+                       help="ray: CPUs reserved per task, a run or a vmapped group (default 1)")
     sweep.add_argument("--gpus-per-run", type=_non_negative, default=None, metavar="N",
-                       help="ray: GPUs reserved per run (default 0)")
+                       help="ray: GPUs reserved per task (default 0)")
     sweep.add_argument("--retry-failed", action="store_true",
                        help="train runs recorded as failed again")
     sweep.add_argument("--no-progress", action="store_true",

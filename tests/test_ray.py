@@ -68,6 +68,16 @@ def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path):
             np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
 
 
+def test_a_request_no_node_can_grant_is_refused_before_anything_runs(tmp_path, capsys):
+    """Ray would queue a task asking for more CPUs than any node has forever."""
+    path = write_experiment(tmp_path, '[{"seed": 0}, {"seed": 1}]')
+    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
+                             "--launcher", "ray", "--cpus-per-run", "1000", "--no-progress")
+    errors = [line for line in err.splitlines() if line.startswith("attnjax: error:")]
+    assert code == 2 and len(errors) == 1, err             # (Ray adds notes of its own)
+    assert "--cpus-per-run=1000 but the largest node of the Ray cluster has" in errors[0]
+
+
 def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):
     path = write_experiment(tmp_path, '[{"seed": 0}]')
     code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),

@@ -1,7 +1,9 @@
 """``--launcher ray``: each vmapped group of runs (``vmap_groups``; a run alone when nothing
 shares its structure) is one Ray task, on an existing cluster (``--address``, else
 ``RAY_ADDRESS``; ``auto`` finds a local one) or on a local instance started for the sweep and
-stopped after it, with ``--cpus-per-run`` CPUs (and ``--gpus-per-run`` GPUs) reserved per run.
+stopped after it, with ``--cpus-per-run`` CPUs (and ``--gpus-per-run`` GPUs) reserved for each
+task: a vmapped group is one program on one device, so it reserves what one run does. A
+request no node can grant is refused before anything is submitted.
 
 The contract is the local launchers': the run directories (on storage every node sees) are
 the truth, so a rerun of the driver skips finished runs and resumes interrupted ones from
@@ -47,6 +49,19 @@ def connect(ray, address: str | None) -> bool:
     return address is None
 
 
+def _check_fits(ray, options: dict) -> None:
+    """Refuse, before anything is submitted, a request no node of the cluster can grant (Ray
+    would queue such a task forever)."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    for key, name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+        wanted = options.get(key, 0)
+        largest = max((n.get(name, 0) for n in nodes), default=0)
+        if wanted > largest:
+            flag = f"--{key[4:]}-per-run"
+            raise ValueError(f"{flag}={wanted:g} but the largest node of the Ray cluster has "
+                             f"{largest:g} {name}s")
+
+
 def _describe(ray, error) -> str:
     """One line for a task that Ray could not finish."""
     first = next(iter(str(error).strip().splitlines()), "")
@@ -64,12 +79,11 @@ def run_on_ray(sweep, tasks: list[list], *, address: str | None = None,
     ray = _import_ray()
     started = connect(ray, address)
     remote = ray.remote(max_retries=0)(_train_on_ray)
+    options = {"num_cpus": cpus_per_run, **({"num_gpus": gpus_per_run} if gpus_per_run else {})}
     try:
+        _check_fits(ray, options)
         refs = {}
         for task in tasks:
-            options = {"num_cpus": cpus_per_run * len(task)}
-            if gpus_per_run:
-                options["num_gpus"] = gpus_per_run * len(task)
             dirs = [str(sweep.run_dir(run).path) for run in task]
             ref = remote.options(**options).remote([to_dict(r.config) for r in task], dirs)
             refs[ref] = task
