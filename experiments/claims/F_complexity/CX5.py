@@ -110,16 +110,16 @@ def verdict(r):
 
 def plot(results, out_dir):
     fig, (left, right) = subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    n = [int(x) for x in results["uncached_s"]]
-    left.loglog(n, list(results["uncached_s"].values()), marker="o", label="measured")
+    n = sorted(int(x) for x in results["uncached_s"])           # JSON keys sort as strings
+    left.loglog(n, [results["uncached_s"][str(x)] for x in n], marker="o", label="measured")
     reference = np.asarray(n, float) ** 3 * results["uncached_s"][str(n[0])] / n[0] ** 3
     left.loglog(n, reference, linestyle=":", color="0.5", label="n^3 through the first point")
     left.set_xlabel("tokens generated n")
     left.set_ylabel("n x full forward (s)")
     left.legend(fontsize=8)
     for layout, times in results["step_s"].items():
-        right.plot([int(t) for t in times], [x * 1e3 for x in times.values()], marker="o",
-                   label=layout)
+        fills = sorted(int(t) for t in times)
+        right.plot(fills, [times[str(t)] * 1e3 for t in fills], marker="o", label=layout)
     right.set_xscale("log")
     right.set_xlabel("token t (t - 1 cached)")
     right.set_ylabel("cached step (ms)")
