@@ -41,14 +41,25 @@ def tree_bytes(tree) -> int:
 def train_step_memory(config: Config) -> dict:
     """The compiled memory of one training dispatch of ``config`` (see the module docstring),
     with the setting it was measured at."""
-    dataset, cfg, model = load_dataset(config.data), config.train, config.model
+    lowered, state, runner = _lower_train_step(config)
+    return _memory_row(config, lowered.compile().memory_analysis(), state, runner)
+
+
+def _lower_train_step(config: Config) -> tuple:
+    """The lowered training dispatch of ``config``, its state's shapes and its runner (nothing
+    is run or initialised: the state is ``jax.eval_shape`` of ``init_state``)."""
+    dataset, cfg = load_dataset(config.data), config.train
     runner = Runner(config, dataset)
-    state = init_state(config)
+    state = jax.eval_shape(lambda: init_state(config))
     host_batch = None if dataset.on_device else dataset.batch(
         config.seed, 0, cfg.batch_size, config.data.length, "train")
-    lowered = runner.lower(runner.place(state), hyper.as_arrays([config], stacked=False),
+    lowered = runner.lower(runner.abstract(state), hyper.as_arrays([config], stacked=False),
                            host_batch)
-    stats = lowered.compile().memory_analysis()
+    return lowered, state, runner
+
+
+def _memory_row(config: Config, stats, state, runner: Runner) -> dict:
+    cfg, model = config.train, config.model
     row = {"d_model": model.d_model, "num_layers": model.num_layers,
            "num_heads": model.attention.num_heads, "kernel": model.attention.kernel,
            "batch": cfg.batch_size, "length": config.data.length,

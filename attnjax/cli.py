@@ -41,11 +41,16 @@ def _info(args) -> int:
 
 
 def _train(args) -> int:
+    from attnjax import distributed
+    cluster = distributed.cluster_from(args.coordinator, args.num_processes, args.process_id,
+                                       detect=args.distributed)
     from attnjax.experiment import experiment_config
     from attnjax.train import format_summary, train
-    config = experiment_config(args.experiment, args.overrides)
+    config = experiment_config(args.experiment, args.overrides)   # bad input fails first
+    distributed.initialize(cluster)
     summary = train(config, args.workdir, progress=not args.no_progress)
-    print(format_summary(summary))
+    if distributed.is_primary():
+        print(format_summary(summary))
     return 0
 
 
@@ -297,6 +302,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "and checkpoints")
     train.add_argument("--no-progress", action="store_true",
                        help="do not show a progress bar (for logs and batch jobs)")
+    train.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="multi-process run: process 0's address, which every process "
+                       "names (or $ATTNJAX_COORDINATOR); see docs/CLUSTER.md")
+    train.add_argument("--num-processes", type=int, default=None, metavar="N",
+                       help="multi-process run: how many processes train the run together "
+                       "(or $ATTNJAX_NUM_PROCESSES)")
+    train.add_argument("--process-id", type=int, default=None, metavar="I",
+                       help="multi-process run: this process's index, 0 to N-1 (or "
+                       "$ATTNJAX_PROCESS_ID); process 0 writes the run directory")
+    train.add_argument("--distributed", action="store_true",
+                       help="multi-process run in a cluster JAX detects (SLURM's srun, Open "
+                       "MPI, a Cloud TPU pod slice, Kubernetes) instead of the three flags")
     train.set_defaults(run=_train)
 
     evaluate = command("eval", "evaluate a trained run's checkpoint, e.g. at other lengths or "

@@ -15,7 +15,7 @@ import pytest
 from attnjax.config import AttentionConfig, Config, ModelConfig, TrainConfig, apply_overrides
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
-from attnjax.sweep.launch import divergence, run_sweep, vmap_groups
+from attnjax.sweep.launch import divergence, longest_first, run_sweep, vmap_groups, work
 from attnjax.sweep.workers import core_shares
 from attnjax.train import hyper, loop, train
 from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli, subprocess_env
@@ -95,6 +95,27 @@ def test_vmap_groups_by_structure(tmp_path):
     assert [len(g) for g in groups] == [4, 4]
     assert {g[0].config.model.attention.num_heads for g in groups} == {1, 2}
     assert [len(g) for g in vmap_groups(expand(path), max_size=3)] == [3, 1, 3, 1]
+
+
+def test_work_is_the_flop_estimate_and_orders_tasks_longest_first(tmp_path):
+    """``work``, computed by hand for a config: 3 L d (6d + T) per trained token (training
+    is three forward passes), L d (6d + n) per evaluated token at length n, with evaluations
+    at every eval_every steps, at the end, and of the initial parameters."""
+    config = apply_overrides(Config(), {
+        "model.d_model": 16, "model.num_layers": 2, "model.max_length": 32,
+        "model.attention.num_heads": 2, "data.task": "induction", "data.length": 8,
+        "data.eval_lengths": [32], "train.batch_size": 4, "train.steps": 10,
+        "train.eval_every": 4, "train.eval_batches": 2, "train.eval_batch_size": 3,
+        "train.log_every": 2, "train.checkpoint_every": 2, "train.warmup_steps": 1})
+    per_token = lambda n: 2 * 16 * (6 * 16 + n)
+    trained = 3 * per_token(8) * 8 * 4 * 10
+    evaluated = (per_token(8) * 8 + per_token(32) * 32) * 2 * 3
+    assert work(config) == trained + 4 * evaluated          # steps 4, 8, 10 and the initial
+    path = write_experiment(tmp_path, 'product({"train.steps": [100, 400, 200], '
+                            '"seed": [0, 1]})')
+    tasks = longest_first(vmap_groups(expand(path), max_size=1))
+    assert [t[0].config.train.steps for t in tasks] == [400, 400, 200, 200, 100, 100]
+    assert [t[0].config.seed for t in tasks] == [0, 1] * 3      # ties keep their order
 
 
 def test_structure_keeps_whether_dropout_is_on():

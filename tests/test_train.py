@@ -395,6 +395,35 @@ def test_summary_has_the_validation_loss_before_the_first_update(uninterrupted):
     assert summary["eval"][str(config.data.length)]["loss"] < summary["initial_loss"]
 
 
+def test_summary_splits_the_wall_time_into_phases(uninterrupted):
+    """``seconds``: every phase of the run is there, none negative, and together they fit in
+    the total; the training phase is the time ``tokens_per_s`` was measured over."""
+    _, reference = uninterrupted
+    config, summary = RunDir(reference).config(), RunDir(reference).summary()
+    seconds = summary["seconds"]
+    phases = set(loop.PHASES)
+    assert set(seconds) == phases | {"total"}
+    assert min(seconds.values()) >= 0
+    assert sum(seconds[p] for p in phases) <= seconds["total"] + 1e-2
+    tokens = config.train.batch_size * config.data.length
+    timed_steps = config.train.steps - config.train.steps_per_dispatch   # after compilation
+    np.testing.assert_allclose(summary["tokens_per_s"] * seconds["training"],
+                               timed_steps * tokens, rtol=5e-3)
+    assert loop.time_line(seconds).startswith(f"{seconds['total']:.1f} s: setup ")
+
+
+def test_phases_count_a_nested_phase_in_the_inner_one_only(monkeypatch):
+    from attnjax.train import logging as run_logging
+    clock = iter(range(100))
+    monkeypatch.setattr(run_logging.time, "perf_counter", lambda: next(clock))
+    phases = run_logging.Phases()
+    with phases("logging"):              # t 0 .. 3, of which 1 .. 2 evaluating
+        with phases("evaluation"):
+            pass
+    phases.add("training", 5.0)
+    assert phases.seconds == {"evaluation": 1, "logging": 2, "training": 5.0}
+
+
 def test_greedy_sampling_with_the_cache_equals_full_forward_argmax():
     from attnjax.generate import sample
     from attnjax.nn import DecoderLM

@@ -118,15 +118,34 @@ def enable_compile_cache():
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+def work(config: Config) -> float:
+    """A run's compute, up to a constant: its training and evaluation FLOPs with the
+    parameters taken as ``N = 12 L d^2`` (L layers of width d; PaLM, appendix B):
+    ``6 N + 12 L d T`` per trained token at context T, a third of it per evaluated token.
+    It orders tasks, longest first; it does not predict seconds."""
+    m, t, d = config.model, config.train, config.data
+    per_token = lambda length: m.num_layers * m.d_model * (6 * m.d_model + length)
+    evaluations = t.steps // t.eval_every + (t.steps % t.eval_every > 0) + 1   # + initial loss
+    evaluated = sum(per_token(n) * n for n in d.lengths) * t.eval_batches * t.eval_batch_size
+    return 3 * per_token(d.length) * d.length * t.batch_size * t.steps + evaluations * evaluated
+
+
+def longest_first(tasks: list[list[Run]]) -> list[list[Run]]:
+    """Tasks (lists of runs trained together) in decreasing ``work``: handed to a pool of
+    workers in this order, the last task to start is a short one, so no worker idles long
+    while another finishes (the longest-processing-time rule)."""
+    return sorted(tasks, key=lambda task: -sum(work(run.config) for run in task))
+
+
 def _processes(sweep: _Sweep, runs: list[Run], jobs, progress):
-    run_tasks(sweep, [[run] for run in runs], jobs or 2)
+    run_tasks(sweep, longest_first([[run] for run in runs]), jobs or 2)
 
 
 def _vmap_processes(sweep: _Sweep, runs: list[Run], jobs, progress):
     """Vmapped groups of at most ``ceil(runs / jobs)`` runs, so that a few runs still use
-    every worker."""
+    every worker; the longest first."""
     jobs = jobs or len(os.sched_getaffinity(0))
-    run_tasks(sweep, vmap_groups(runs, math.ceil(len(runs) / jobs) or 1), jobs)
+    run_tasks(sweep, longest_first(vmap_groups(runs, math.ceil(len(runs) / jobs) or 1)), jobs)
 
 
 def vmap_groups(runs: list[Run], max_size: int | None = None) -> list[list[Run]]:
@@ -172,8 +191,8 @@ def _keep_going(summary: dict | None) -> bool:
 def _ray(sweep: _Sweep, runs: list[Run], jobs, progress, *, address: str | None = None,
          cpus_per_run: float = 1.0, gpus_per_run: float = 0.0):
     from attnjax.sweep.ray_launcher import run_on_ray
-    run_on_ray(sweep, vmap_groups(runs, jobs), address=address, cpus_per_run=cpus_per_run,
-               gpus_per_run=gpus_per_run)
+    run_on_ray(sweep, longest_first(vmap_groups(runs, jobs)), address=address,
+               cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
 
 
 # A launcher is ``fn(sweep, runs, jobs, progress, **options)``: train ``runs`` (a list of

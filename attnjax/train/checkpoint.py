@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.sharding import NamedSharding, PartitionSpec
 from orbax.checkpoint import checkpoint_managers as policies
 
 
@@ -72,6 +73,11 @@ class Checkpoints:
         """``(state, step)`` of the newest good checkpoint (or of ``step`` and older), with the
         structure and shardings of ``template``; ``(None, None)`` if there is none."""
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, template)
+        if jax.process_count() > 1:      # a multi-process run: restored replicated on them all
+            everywhere = NamedSharding(jax.make_mesh((jax.device_count(),), ("all",)),
+                                       PartitionSpec())
+            abstract = jax.tree_util.tree_map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), abstract)
         candidates = [s for s in reversed(self.steps()) if step is None or s <= step]
         for candidate in candidates:
             try:

@@ -1,5 +1,6 @@
 """Run outputs: a run directory's metrics (one JSON object per logged step) and TensorBoard
-events (``attnjax.rundir``), and a progress bar with ETA and the current loss.
+events (``attnjax.rundir``), a progress bar with ETA and the current loss, and the seconds
+each phase of a run took.
 
 On resume the metrics file is cut back to the restored step (and a torn last line from a kill
 is dropped), so a resumed run's file equals an uninterrupted run's.
@@ -7,9 +8,11 @@ is dropped), so a resumed run's file equals an uninterrupted run's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -19,7 +22,12 @@ from attnjax.rundir import RunDir
 class MetricsWriter:
     """Appends records to a run's metrics file and scalars to its TensorBoard events."""
 
-    def __init__(self, run_dir: RunDir, resume_step: int):
+    def __init__(self, run_dir: RunDir, resume_step: int, enabled: bool = True):
+        """``enabled=False``: write nothing (the processes of a multi-process run other than
+        the first)."""
+        self.enabled = enabled
+        if not enabled:
+            return
         self.path = run_dir.metrics_path
         kept = [r for r in run_dir.metrics() if r["step"] <= resume_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
@@ -29,6 +37,8 @@ class MetricsWriter:
                                          purge_step=resume_step + 1)
 
     def write(self, step: int, record: dict):
+        if not self.enabled:
+            return
         record = {"step": int(step), **{k: _plain(v) for k, v in record.items()}}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -37,7 +47,8 @@ class MetricsWriter:
                 self.tensorboard.add_scalar(key, value, step)
 
     def close(self):
-        self.tensorboard.close()
+        if self.enabled:
+            self.tensorboard.close()
 
 
 def _plain(value):
@@ -60,3 +71,28 @@ class Progress:
 
     def close(self):
         self.bar.close()
+
+
+class Phases:
+    """Wall seconds per phase of a run: ``with phases("evaluation"): ...`` adds the block's
+    time to ``phases.seconds["evaluation"]``; a phase entered inside another counts in the
+    inner one only."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []     # per open phase: seconds spent in phases inside it
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if self._inner:
+            self._inner[-1] += seconds
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            inner = self._inner.pop()
+            self.add(name, time.perf_counter() - start - inner)

@@ -5,6 +5,13 @@ TensorBoard events, checkpoints and, when finished, the summary. Called again wi
 config it resumes from the newest good checkpoint and continues exactly as if never stopped
 (batches and dropout are functions of (seed, step)); with a finished run it just returns the
 summary. SIGTERM saves a checkpoint and returns cleanly.
+
+The summary (``summary.json``): ``status``, ``step``, ``skipped_updates``, ``train_loss``,
+``best_step``, ``tokens_per_s`` (training throughput after compilation), ``eval`` (loss and
+accuracy per length), ``initial_loss`` (see ``_initial_losses``) and ``seconds``: the wall
+seconds of the invocation that finished the run, per phase (``setup``: data, program and
+checkpoint restore; ``first dispatch``: compilation and the first steps; ``training``,
+``logging``, ``evaluation``, ``checkpoints``) and in ``total``.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import distributed
 from attnjax.config import Config, to_dict
 from attnjax.data import Dataset, load_dataset
 from attnjax.rundir import RunDir
 from attnjax.train import hyper
-from attnjax.train.logging import MetricsWriter, Progress
+from attnjax.train.logging import MetricsWriter, Phases, Progress
 from attnjax.train.parallel import Runner
 from attnjax.train.state import init_state
 from attnjax.train.step import make_diagnostics, make_eval_step
@@ -165,6 +173,7 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     """Train runs of one structure (``hyper.structure``) in lockstep as one vmapped program;
     each run's directory ends up as if it had been trained alone by ``train``. Finished runs
     return their summary; runs resuming from different steps are trained as separate groups."""
+    entered = time.perf_counter()
     configs, runs = list(configs), [RunDir(w) for w in workdirs]
     if len({hyper.structure(c) for c in configs}) > 1:
         raise ValueError("runs trained as one group must differ only in "
@@ -172,8 +181,10 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
-    for config, run in zip(configs, runs):
-        run.prepare(config)
+    if distributed.is_primary():
+        for config, run in zip(configs, runs):
+            run.prepare(config)
+    distributed.barrier("attnjax: run directories prepared")
     summaries = [run.summary() for run in runs]
     todo = [i for i, s in enumerate(summaries) if s is None]
     if len(todo) < len(configs):
@@ -192,7 +203,7 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
             states = [state if state is not None else init_state(c)
                       for (state, _), c in zip(restored, configs)]
             return _run_lockstep(configs, runs, checkpoints, states, starts[0], runner, dataset,
-                                 group, progress)
+                                 group, progress, entered)
     for start in sorted(set(starts)):
         members = [i for i, s in enumerate(starts) if s == start]
         done = train_group([configs[i] for i in members], [runs[i].path for i in members],
@@ -207,22 +218,26 @@ def _unstack(state, r: int, group):
 
 
 def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset, group,
-                  progress) -> list[dict]:
+                  progress, entered: float) -> list[dict]:
     config, cfg = configs[0], configs[0].train
+    phases = Phases()
+    phases.add("setup", time.perf_counter() - entered)
     runs = range(len(configs))
     state = runner.place(_stack(states) if group else states[0])
     values = hyper.as_arrays(configs, stacked=bool(group))
     tokens_per_step = cfg.batch_size * config.data.length
     step, records, results = start, [{} for _ in runs], None
     # Training seconds only: each dispatch is timed up to the next sync point (a log), so
-    # evaluation and checkpoint time is left out; the first dispatch (compilation) is too.
+    # evaluation and checkpoint time is left out; the first dispatch (compilation) is timed
+    # apart.
     compiled, train_seconds, timed_steps, interval_seconds, interval_steps = False, 0.0, 0, 0.0, 0
     with _StopFlag() as stop, contextlib.ExitStack() as cleanup:   # writers closed on every exit
-        writers = [cleanup.enter_context(contextlib.closing(MetricsWriter(run_dir, start)))
-                   for run_dir in run_dirs]
-        bar = cleanup.enter_context(contextlib.closing(Progress(cfg.steps, start,
-                                                                enabled=progress)))
-        while step < cfg.steps and not stop.raised:
+        primary, stopping = distributed.is_primary(), False
+        writers = [cleanup.enter_context(contextlib.closing(
+            MetricsWriter(run_dir, start, enabled=primary))) for run_dir in run_dirs]
+        bar = cleanup.enter_context(contextlib.closing(Progress(
+            cfg.steps, start, enabled=progress and primary)))
+        while step < cfg.steps and not stopping:
             host_batch = (None if dataset.on_device else _per_run_batches(
                 configs, dataset, step, cfg.batch_size, config.data.length, "train", group))
             began = time.perf_counter()
@@ -236,44 +251,56 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
             if compiled:
                 interval_seconds += time.perf_counter() - began
                 interval_steps += runner.steps_per_call
+            else:
+                phases.add("first dispatch", time.perf_counter() - began)
             compiled = True
             if due_log:
-                host = jax.device_get(metrics)
-                params = runner.unplace(state).params
-                diagnostics = _diagnose(configs, params, dataset, step - 1, group)
-                records = [{k: float(np.asarray(v).reshape(len(configs), -1)[r, -1])
-                            for k, v in host.items()} for r in runs]
-                if due_eval:
-                    results = _evaluate_group(configs, params, dataset, None, group)
-                for r in runs:
-                    if interval_steps:
-                        records[r]["tokens_per_s"] = (
-                            interval_steps * tokens_per_step * len(configs) / interval_seconds)
-                    records[r].update(diagnostics[r])
+                with phases("logging"):
+                    host = jax.device_get(metrics)
+                    params = runner.unplace(state).params
+                    diagnostics = _diagnose(configs, params, dataset, step - 1, group)
+                    records = [{k: float(np.asarray(v).reshape(len(configs), -1)[r, -1])
+                                for k, v in host.items()} for r in runs]
                     if due_eval:
-                        records[r].update(_eval_record(results[r], config.data.length))
-                    writers[r].write(step, records[r])
-                train_seconds += interval_seconds
-                timed_steps += interval_steps
-                interval_seconds, interval_steps = 0.0, 0
-                bar.update(step - bar.bar.n, loss=records[0]["loss"],
-                           **({"val": records[0]["val_loss"]} if "val_loss" in records[0] else {}))
-            if due_checkpoint or stop.raised:
+                        with phases("evaluation"):
+                            results = _evaluate_group(configs, params, dataset, None, group)
+                    for r in runs:
+                        if interval_steps:
+                            records[r]["tokens_per_s"] = (
+                                interval_steps * tokens_per_step * len(configs) / interval_seconds)
+                        records[r].update(diagnostics[r])
+                        if due_eval:
+                            records[r].update(_eval_record(results[r], config.data.length))
+                        writers[r].write(step, records[r])
+                    train_seconds += interval_seconds
+                    timed_steps += interval_steps
+                    interval_seconds, interval_steps = 0.0, 0
+                    shown = {"val": records[0]["val_loss"]} if "val_loss" in records[0] else {}
+                    bar.update(step - bar.bar.n, loss=records[0]["loss"], **shown)
+            if due_log or jax.process_count() == 1:     # several processes agree at a log
+                stopping = distributed.any_process(stop.raised)
+            if due_checkpoint or stopping:
                 if not due_eval:
-                    results = _evaluate_group(configs, runner.unplace(state).params, dataset,
-                                              None, group)
+                    with phases("evaluation"):
+                        results = _evaluate_group(configs, runner.unplace(state).params, dataset,
+                                                  None, group)
                     for r in runs:
                         records[r].update(_eval_record(results[r], config.data.length))
-                for r in runs:
-                    checkpoints[r].save(step, _unstack(runner.unplace(state), r, group),
-                                        to_dict(configs[r]), records[r]["val_loss"])
-    for ckpt in checkpoints:
-        ckpt.wait()
+                with phases("checkpoints"):
+                    for r in runs:
+                        checkpoints[r].save(step, _unstack(runner.unplace(state), r, group),
+                                            to_dict(configs[r]), records[r]["val_loss"])
+    with phases("checkpoints"):
+        for ckpt in checkpoints:
+            ckpt.wait()
     if step < cfg.steps:
         return [{"status": "interrupted", "step": step} for _ in runs]
     final_state = runner.unplace(state)
-    final = results or _evaluate_group(configs, final_state.params, dataset, None, group)
-    initial = _initial_losses(configs, runner, dataset, group)
+    with phases("evaluation"):
+        final = results or _evaluate_group(configs, final_state.params, dataset, None, group)
+        initial = _initial_losses(configs, runner, dataset, group)
+    phases.add("training", train_seconds)
+    phases.add("total", time.perf_counter() - entered)
     summaries = []
     for r in runs:
         # a run killed after its last checkpoint but before its summary logs nothing when rerun
@@ -287,8 +314,10 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
                              if train_seconds else None),
             "eval": {str(length): v for length, v in final[r].items()},
             "initial_loss": initial[r],
+            "seconds": {name: round(value, 3) for name, value in phases.seconds.items()},
         }
-        run_dirs[r].write_summary(summary)
+        if distributed.is_primary():
+            run_dirs[r].write_summary(summary)
         summaries.append(summary)
     return summaries
 
@@ -314,9 +343,24 @@ def format_summary(summary: dict) -> str:
              f"best checkpoint: step {summary['best_step']})"]
     if summary.get("tokens_per_s"):
         lines.append(f"throughput after compilation: {summary['tokens_per_s']:,.0f} tokens/s")
+    if summary.get("seconds"):
+        lines.append(time_line(summary["seconds"]))
     if summary.get("train_loss") is not None:
         lines.append(f"final train loss: {summary['train_loss']:.4f}")
     lines.append(f"{'eval length':>12} {'val loss':>10} {'accuracy':>10}")
     for length, r in summary["eval"].items():
         lines.append(f"{length:>12} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
     return "\n".join(lines)
+
+
+PHASES = ("setup", "first dispatch", "training", "logging", "evaluation", "checkpoints")
+
+
+def time_line(seconds: dict) -> str:
+    """``summary["seconds"]`` in one line: the total, then each phase and its share (the
+    rest: what no phase covers, such as the summary and the progress bar)."""
+    total = seconds["total"]
+    parts = {name: seconds[name] for name in PHASES if name in seconds}
+    parts["rest"] = max(total - sum(parts.values()), 0.0)
+    return f"{total:.1f} s: " + ", ".join(f"{name} {value:.1f} s ({value / total:.0%})"
+                                          for name, value in parts.items())

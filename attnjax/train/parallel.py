@@ -1,7 +1,9 @@
 """Data parallelism: ``jit`` over a device mesh (default) or ``pmap``.
 
 Mesh: the batch is sharded over the ``data`` axis, parameters and optimizer state are
-replicated, and the compiler inserts the gradient all-reduce. pmap: the same step runs per
+replicated, and the compiler inserts the gradient all-reduce. The mesh spans every process's
+devices (``attnjax.distributed``); a host batch is handed over shard by shard, so each
+process transfers only its own rows. pmap: the same step runs per
 device on its slice with explicit ``psum``s. Both generate the *global* batch from the same
 key and take their slice, so any device count gives the numbers of one device (up to the
 order of floating-point sums).
@@ -41,6 +43,9 @@ class Runner:
         if cfg.batch_size % (n * cfg.grad_accum):
             raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by "
                              f"{n} devices x train.grad_accum={cfg.grad_accum}")
+        if jax.process_count() > 1 and cfg.parallel != "mesh":
+            raise ValueError("train.parallel='pmap' runs in one process; a multi-process run "
+                             "needs train.parallel=mesh")
         if group is not None and cfg.parallel != "mesh":
             raise ValueError("train.parallel='pmap' cannot train a vmapped group of runs; "
                              "use train.parallel=mesh or another launcher")
@@ -58,6 +63,16 @@ class Runner:
             return jax.device_put(state, self._replicated)
         n = len(self.devices)
         return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), state)
+
+    def abstract(self, state) -> TrainState:
+        """``place`` for a state of shapes (``jax.eval_shape`` of ``init_state``): the
+        ``jax.ShapeDtypeStruct``s, shardings included, that ``lower`` needs, no array built."""
+        if self.config.train.parallel == "mesh":
+            return jax.tree_util.tree_map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self._replicated), state)
+        n = len(self.devices)
+        return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape, x.dtype),
+                                      state)
 
     def unplace(self, state: TrainState) -> TrainState:
         """One copy of the state (for checkpoints and evaluation)."""
@@ -86,7 +101,9 @@ class Runner:
         if self.dataset.on_device:
             return values, state
         if self.config.train.parallel == "mesh":
-            return values, state, jax.device_put(host_batch, self._sharded)
+            return values, state, jax.tree_util.tree_map(
+                lambda x: jax.make_array_from_callback(x.shape, self._sharded,
+                                                       lambda index: x[index]), host_batch)
         n = len(self.devices)
         return values, state, jax.tree_util.tree_map(lambda x: x.reshape(n, -1, *x.shape[1:]),
                                                      host_batch)

@@ -17,14 +17,14 @@ oracle (T 256 and 1024: NumPy float64 at 4096 would take ~10 s), the scale of ro
 difference is to be read against.
 
 (b) The forward pass jitted: XLA's flop count (``compiled.cost_analysis()``) and the median
-wall time of 20 calls (compile excluded), the two forms' calls interleaved so machine load
+wall time of 10 calls (compile excluded), the two forms' calls interleaved so machine load
 hits both alike; at every T.
 
 Left open: "never slower" needs a tolerance for timing noise: a form counts as slower when its
 median is more than 5% above the other's (the criterion's own margin).
 
 The shape is one head (not the 4 of S-op) to fit the op-level budget: a 4096-long forward is
-~0.25 s per head on 2 cores, and (b) times 40 of them.
+~0.25 s per head on 2 cores, and (b) times 20 of them.
 
     attnjax audit experiments/claims --workdir runs/claims --only SC11
 """
@@ -49,7 +49,7 @@ CRITERION = ("(a) max relative difference within 1e-6 (float32), 1e-2 (bfloat16)
 LENGTHS = (256, 1024, 4096)
 HEAD_DIM = 32
 BOUNDS = {"float32": 1e-6, "bfloat16": 1e-2}
-REPEATS = 20
+REPEATS = 10
 MARGIN = 0.05
 TENSORS = ("out", "dq", "dk", "dv")
 ORACLE_MAX = 1024           # the float64 NumPy oracle takes ~10 s at 4096

@@ -9,7 +9,8 @@ XLA's buffer assignment, compiled and not run) at (n, B) and (2n, B/2), same tok
 moments) as a share of the larger peak. Regimes: n = 128 (B 32 -> 256, B 16) and n = 512
 (B 8 -> 1024, B 4).
 
-Four compilations of a 4-layer training step: ~10 s each on an idle 2-core machine.
+Four compilations of a 4-layer training step (nothing initialised or run): ~8 s each on an
+idle 2-core machine.
 
     attnjax audit experiments/claims --workdir runs/claims --only CX3
 """
