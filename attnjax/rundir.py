@@ -112,11 +112,12 @@ class RunDir:
         """The stored config; fields added since the run started take their defaults."""
         return from_dict(Config, self.config_dict())
 
-    def prepare(self, config: Config) -> None:
-        """Create the directory and store ``config``, or check it equals the stored one."""
+    def prepare(self, config: Config, store: bool = True) -> None:
+        """Create the directory and store ``config``, or check it equals the stored one;
+        ``store=False`` (the other processes of a multi-process run): only check."""
         try:
             self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write-test"
+            probe = self.path / f".write-test-{os.getpid()}"
             probe.write_text("ok")
             probe.unlink()
         except OSError as error:
@@ -124,7 +125,8 @@ class RunDir:
                              f"({error.strerror})") from None
         as_json = json.loads(json.dumps(to_dict(config)))       # tuples read back as lists
         if not self.exists():
-            write_json_atomic(self.path / "config.json", as_json)
+            if store:
+                write_json_atomic(self.path / "config.json", as_json)
             return
         stored = json.loads(json.dumps(to_dict(self.config())))
         changed = [f"{key}: {a!r} -> {b!r}" for key, a, b in config_differences(stored, as_json)]

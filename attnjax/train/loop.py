@@ -181,9 +181,8 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
-    if distributed.is_primary():
-        for config, run in zip(configs, runs):
-            run.prepare(config)
+    for config, run in zip(configs, runs):     # a wrong workdir fails in every process
+        run.prepare(config, store=distributed.is_primary())
     distributed.barrier("attnjax: run directories prepared")
     summaries = [run.summary() for run in runs]
     todo = [i for i, s in enumerate(summaries) if s is None]
