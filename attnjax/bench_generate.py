@@ -8,6 +8,12 @@
   last position's logits (what the next token needs). Generating ``n`` tokens that way, one
   full forward per token over a fixed ``n``-token buffer (causal, so its not yet generated
   tail changes nothing), takes ``uncached_generation_s = n x forward_s``.
+- ``loop`` rows: the seconds per token of a whole greedy generation of ``tokens`` tokens
+  after a ``prompt``-token prompt, for a batch of prompts, two ways: ``python``, the prompt
+  in one call and then one jitted one-token step per token, each token brought back to the
+  host to be fed to the next step (how ``attnjax generate`` ran before it was compiled
+  whole), and ``compiled``, ``attnjax.generate.generate`` (one dispatch for the whole
+  generation).
 
 Times are medians of ``repeats`` calls after a warm-up call (compilation excluded), each
 waited for; parameters are a random initialisation (time does not depend on their values).
@@ -19,7 +25,9 @@ import jax
 
 from attnjax.bench import median_seconds, write_json
 from attnjax.config import Config, apply_overrides
-from attnjax.generate import decode_step, empty_cache
+import numpy as np
+
+from attnjax.generate import decode_step, empty_cache, generate, next_tokens
 from attnjax.nn import DecoderLM
 from attnjax.train.state import init_params
 
@@ -56,9 +64,38 @@ def forward_seconds(config: Config, n: int, *, batch: int = 1, repeats: int = 5)
                           repeats=repeats)
 
 
+def loop_seconds(config: Config, batch: int, prompt: int, tokens: int, *,
+                 repeats: int = 3) -> dict:
+    """``{"python": s, "compiled": s}``: seconds per token of the two ``loop`` generations of
+    the module docstring, greedy, on a random initialisation of ``config``'s model."""
+    params, prompts = init_params(config), np.asarray(_tokens(config, batch, prompt))
+    decode = decode_step(config)
+
+    @jax.jit
+    def step(params, cache, tokens):
+        cache, logits = decode(params, cache, tokens)
+        return cache, next_tokens(logits, None, 0.0, None)
+
+    def python_loop():
+        cache, token = step(params, empty_cache(config, batch), prompts)
+        out = [np.asarray(token)]
+        for _ in range(tokens - 1):
+            cache, token = step(params, cache, out[-1][:, None])
+            out.append(np.asarray(token))
+        return np.stack(out, axis=1)
+
+    compiled = lambda: generate(config, params, prompts, tokens, temperature=0.0)
+    if not np.array_equal(python_loop(), compiled()):
+        raise AssertionError("the compiled generation and the Python loop chose other tokens")
+    return {name: median_seconds(fn, repeats=repeats) / tokens
+            for name, fn in (("python", python_loop), ("compiled", compiled))}
+
+
 def generation_timing(config: Config, lengths=(128, 256, 512, 1024),
-                      fills=(16, 64, 256, 1024), *, batch: int = 1, repeats: int = 5) -> list:
-    """The ``forward`` and ``cached`` rows of the module docstring for ``config``'s model."""
+                      fills=(16, 64, 256, 1024), *, batch: int = 1, repeats: int = 5,
+                      loops=()) -> list:
+    """The rows of the module docstring for ``config``'s model; ``loops``: the ``(batch,
+    prompt, tokens)`` of each pair of ``loop`` rows."""
     if min(fills) < 2:
         raise ValueError(f"--fills must be 2 or more (got {min(fills)}): the timed step "
                          "decodes token t after t - 1 cached ones")
@@ -80,14 +117,24 @@ def generation_timing(config: Config, lengths=(128, 256, 512, 1024),
             _with_max_length(config, t), [t], batch=batch, repeats=repeats)[0]
         rows.append({"kind": "cached", "layout": "max_length=t", "max_length": t, "t": t,
                      "batch": batch, "step_s": seconds})
+    for size, prompt, tokens in loops:
+        per_token = loop_seconds(_with_max_length(config, prompt + tokens), size, prompt,
+                                 tokens)
+        rows.append({"kind": "loop", "batch": size, "prompt": prompt, "tokens": tokens,
+                     **{f"{name}_per_token_s": s for name, s in per_token.items()},
+                     "speedup": per_token["python"] / per_token["compiled"]})
     return rows
+
+
+LOOPS = ((1, 16, 128), (8, 16, 128))     # (batch, prompt, tokens) of the loop rows
 
 
 def run_generate_benchmark(config: Config, lengths=(128, 256, 512, 1024),
                            fills=(16, 64, 256, 1024), *, batch: int = 1, repeats: int = 5,
-                           out: str | None = None) -> list:
-    """``generation_timing`` as two tables; JSON to ``out`` if given."""
-    rows, m = generation_timing(config, lengths, fills, batch=batch, repeats=repeats), config.model
+                           loops=LOOPS, out: str | None = None) -> list:
+    """``generation_timing`` as three tables; JSON to ``out`` if given."""
+    rows = generation_timing(config, lengths, fills, batch=batch, repeats=repeats, loops=loops)
+    m = config.model
     print(f"generation: d_model {m.d_model}, {m.num_layers} layers, {m.attention.num_heads} "
           f"heads, kernel {m.attention.kernel}, batch {batch}, {jax.default_backend()}")
     print(f"{'n':>6} {'full forward ms':>16} {'n x forward s':>14}   (no cache)")
@@ -98,5 +145,12 @@ def run_generate_benchmark(config: Config, lengths=(128, 256, 512, 1024),
     for r in rows:
         if r["kind"] == "cached":
             print(f"{r['t']:>6} {r['layout']:>16} {r['step_s'] * 1e3:>10.3f}")
+    print(f"{'batch':>6} {'prompt':>7} {'tokens':>7} {'python ms/token':>16} "
+          f"{'compiled ms/token':>18} {'speedup':>8}   (whole greedy generation)")
+    for r in rows:
+        if r["kind"] == "loop":
+            print(f"{r['batch']:>6} {r['prompt']:>7} {r['tokens']:>7} "
+                  f"{r['python_per_token_s'] * 1e3:>16.3f} "
+                  f"{r['compiled_per_token_s'] * 1e3:>18.3f} {r['speedup']:>7.1f}x")
     write_json(out, {"backend": jax.default_backend(), "rows": rows})
     return rows

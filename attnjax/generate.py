@@ -1,15 +1,24 @@
-"""Sampling from a trained run with the KV cache: the prompt in one call, then one token per
-call, each a jitted ``DecoderLM`` step with ``decode=True``. A run's config and parameters come
-from ``attnjax.rundir.RunDir(path).params()``. ``empty_cache`` and ``decode_step`` are the
-pieces ``sample`` and ``attnjax bench generate`` share."""
+"""Sampling from a trained run with the KV cache, as one compiled program: the prompts in one
+``DecoderLM`` call with ``decode=True``, then every further token inside a ``lax.scan`` of
+one-token decoding steps, so a generation is one dispatch rather than one per token. A run's
+config and parameters come from ``attnjax.rundir.RunDir(path).params()``. ``empty_cache``
+and ``decode_step`` are the pieces ``generate`` and ``attnjax bench generate`` share."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnjax.nn import DecoderLM
 from attnjax.nn.slots import kernel_request
+
+
+def _cache_tree(config, batch: int):
+    tokens = jnp.zeros((batch, 1), jnp.int32)
+    return DecoderLM(config.model).init(jax.random.key(0), tokens, decode=True)["cache"]
 
 
 def empty_cache(config, batch: int = 1):
@@ -17,8 +26,7 @@ def empty_cache(config, batch: int = 1):
     nothing yet; a model whose kernel or position encoding cannot decode is refused here,
     before tracing."""
     kernel_request(config.model, decode=True)
-    model, tokens = DecoderLM(config.model), jnp.zeros((batch, 1), jnp.int32)
-    return jax.jit(lambda key: model.init(key, tokens, decode=True)["cache"])(jax.random.key(0))
+    return jax.jit(_cache_tree, static_argnums=(0, 1))(config, batch)
 
 
 def decode_step(config):
@@ -36,32 +44,67 @@ def decode_step(config):
     return step
 
 
-def sample(config, params, prompt: list[int], num_tokens: int, *, temperature: float = 1.0,
-           top_k: int | None = None, seed: int = 0) -> list[int]:
-    """``num_tokens`` tokens after ``prompt`` (temperature 0 = greedy)."""
-    if not prompt:
-        raise ValueError("prompt must not be empty")
-    total = len(prompt) + num_tokens
+def next_tokens(logits, key, temperature: float, top_k: int | None):
+    """The next token of each row from the last position's logits ``[B, T, vocab]``: the
+    argmax for ``temperature`` 0, else a draw from ``softmax(logits / temperature)`` over the
+    ``top_k`` largest (all with None)."""
+    last = logits[:, -1]
+    if temperature == 0:
+        return jnp.argmax(last, axis=-1)
+    if top_k:
+        threshold = jax.lax.top_k(last, top_k)[0][:, -1:]
+        last = jnp.where(last < threshold, -jnp.inf, last)
+    return jax.random.categorical(key, last / temperature)
+
+
+def generate(config, params, prompts, num_tokens: int, *, temperature: float = 1.0,
+             top_k: int | None = None, seed: int = 0) -> np.ndarray:
+    """``num_tokens`` tokens after each prompt: ``prompts`` ``[B, P]`` token ids (one length
+    for all) -> ``[B, num_tokens]``. Token 0 is drawn with ``jax.random.key(seed)``, token
+    ``i`` after it with that key folded with ``i - 1``; temperature 0 is greedy (the same
+    tokens as feeding the argmax back one call at a time). Bad arguments are refused before
+    anything compiles."""
+    prompts = np.asarray(prompts)
+    if prompts.ndim != 2 or prompts.shape[1] == 0:
+        raise ValueError(f"prompts must be [batch, length] with length >= 1, got shape "
+                         f"{prompts.shape}")
+    if num_tokens < 1:
+        raise ValueError(f"the number of tokens to generate must be >= 1, got {num_tokens}")
+    total = prompts.shape[1] + num_tokens
     if total > config.model.max_length:
         raise ValueError(f"prompt + tokens = {total} exceeds the cache (model.max_length="
                          f"{config.model.max_length})")
-    cache, decode = empty_cache(config), decode_step(config)
+    kernel_request(config.model, decode=True)
+    out = _generation(config, num_tokens, float(temperature), top_k)(
+        params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
+    return np.asarray(out)
 
-    @jax.jit
-    def step(cache, tokens, key):
-        cache, logits = decode(params, cache, tokens)
-        last = logits[0, -1]
-        if temperature == 0:
-            return cache, jnp.argmax(last)
-        if top_k:
-            threshold = jax.lax.top_k(last, top_k)[0][-1]
-            last = jnp.where(last < threshold, -jnp.inf, last)
-        return cache, jax.random.categorical(key, last / temperature)
 
-    key = jax.random.key(seed)
-    cache, token = step(cache, jnp.asarray([prompt], jnp.int32), key)
-    out = [int(token)]
-    for i in range(num_tokens - 1):
-        cache, token = step(cache, jnp.asarray([[out[-1]]], jnp.int32), jax.random.fold_in(key, i))
-        out.append(int(token))
-    return out
+@functools.lru_cache(maxsize=16)
+def _generation(config, num_tokens: int, temperature: float, top_k: int | None):
+    """The compiled generation ``(params, prompts, key) -> tokens [B, num_tokens]``."""
+    decode = decode_step(config)
+
+    def run(params, prompts, key):
+        cache, logits = decode(params, _cache_tree(config, prompts.shape[0]), prompts)
+        first = next_tokens(logits, key, temperature, top_k)
+
+        def one_token(carry, i):
+            cache, token = carry
+            cache, logits = decode(params, cache, token[:, None])
+            token = next_tokens(logits, jax.random.fold_in(key, i), temperature, top_k)
+            return (cache, token), token
+
+        _, rest = jax.lax.scan(one_token, (cache, first), jnp.arange(num_tokens - 1))
+        return jnp.concatenate([first[:, None], rest.T], axis=1)
+
+    return jax.jit(run)
+
+
+def sample(config, params, prompt: list[int], num_tokens: int, *, temperature: float = 1.0,
+           top_k: int | None = None, seed: int = 0) -> list[int]:
+    """``generate`` for one prompt: ``num_tokens`` tokens after ``prompt``, as a list."""
+    if not prompt:
+        raise ValueError("prompt must not be empty")
+    return generate(config, params, [prompt], num_tokens, temperature=temperature,
+                    top_k=top_k, seed=seed)[0].tolist()

@@ -424,25 +424,6 @@ def test_phases_count_a_nested_phase_in_the_inner_one_only(monkeypatch):
     assert phases.seconds == {"evaluation": 1, "logging": 2, "training": 5.0}
 
 
-def test_greedy_sampling_with_the_cache_equals_full_forward_argmax():
-    from attnjax.generate import sample
-    from attnjax.nn import DecoderLM
-    from attnjax.train.state import init_params
-    config = tiny(**{"data.task": "text", "data.vocab_size": 256, "model.vocab_size": 256})
-    params = init_params(config)
-    prompt = [5, 17, 200]
-    got = sample(config, params, prompt, 6, temperature=0.0)
-    model, seq = DecoderLM(config.model), list(prompt)
-    for _ in range(6):
-        logits, _ = model.apply({"params": params}, jnp.asarray([seq]))
-        seq.append(int(jnp.argmax(logits[0, -1])))
-    assert got == seq[len(prompt):]
-    sampled = sample(config, params, prompt, 6, temperature=1.0, top_k=5, seed=3)
-    assert sampled == sample(config, params, prompt, 6, temperature=1.0, top_k=5, seed=3)
-    with pytest.raises(ValueError, match="max_length"):
-        sample(config, params, prompt, 40)
-
-
 def test_bfloat16_compute_keeps_float32_parameters():
     config = tiny(**{"model.dtype": "bfloat16"})
     batch = train_batch(config)
