@@ -11,8 +11,12 @@ Each key step and each query block is wrapped in ``jax.checkpoint``, so the back
 recomputes block logits instead of storing the ``n x n`` probabilities: live memory is
 ``O(n_q * head_dim * n_k / block_k)`` instead of ``O(n_q * n_k)``. Masks and position biases
 (ALiBi, T5) are evaluated per block from positions, never materialised for the whole sequence.
-A sink logit starts the scan as ``m = sink, l = 1``. Results equal the ``reference`` kernel to
-float32 rounding, including dropout (the keep mask is a hash of absolute indices).
+A sink logit starts the scan as ``m = sink, l = 1``. A key block that no query of the
+query block may see (under a causal mask, every block above the diagonal: about half of them
+at long lengths; outside a sliding window, nearly all) is skipped by ``lax.cond``, forward
+and backward: for it ``m`` and ``l`` would not change and ``acc`` would gain nothing.
+Results equal the ``reference`` kernel to float32 rounding, including dropout (the keep mask
+is a hash of absolute indices).
 
 References: Rabe & Staats 2021, "Self-attention Does Not Need O(n^2) Memory";
 Milakov & Gimelshein 2018, "Online normalizer calculation for softmax".
@@ -56,16 +60,21 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
         q_start = i * bq
 
         def key_step(carry, xs):
-            m, l, acc = carry
             j, k, v = xs
             k_start = j * bk
+            in_range = (k_start + jnp.arange(bk) < S)[None, None, None, :]
+            visible = group_heads(
+                combine_masks(mask.block(q_start, bq, k_start, bk), in_range), K)
+            # a block no query of this block may see leaves m, l and acc as they are
+            return jax.lax.cond(visible.any(), visible_block, lambda carry, *_: carry,
+                                carry, k, v, k_start, visible), None
+
+        def visible_block(carry, k, v, k_start, visible):
+            m, l, acc = carry
             s = scaled_logits(q, k, scale, logit_soft_cap)                 # [B,K,G,bq,bk]
             b = group_heads(block_bias(bias, mask, q_start, bq, k_start, bk), K)
             if b is not None:
                 s = s + b
-            in_range = (k_start + jnp.arange(bk) < S)[None, None, None, :]
-            visible = group_heads(
-                combine_masks(mask.block(q_start, bq, k_start, bk), in_range), K)
             s = jnp.where(visible, s, fill)
             m_new = jax.lax.stop_gradient(jnp.maximum(m, s.max(axis=-1)))
             p = jnp.where(visible, jnp.exp(s - m_new[..., None]), 0.0)
@@ -78,7 +87,7 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
                 p = jnp.where(keep, p / (1.0 - dropout.rate), 0.0)
             acc = acc * correction[..., None] + jnp.einsum(
                 "bkgqs,bskh->bkgqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
-            return (m_new, l, acc), None
+            return m_new, l, acc
 
         # Initial carries derived from q, so they carry q's sharding (explicit-sharding meshes
         # require the scan carry types, shardings included, to stay equal).
