@@ -46,8 +46,10 @@ def _train(args) -> int:
                                        detect=args.distributed)
     from attnjax.experiment import experiment_config
     from attnjax.train import format_summary, train
+    from attnjax.sweep.launch import enable_compile_cache
     config = experiment_config(args.experiment, args.overrides)   # bad input fails first
     distributed.initialize(cluster)
+    enable_compile_cache()
     summary = train(config, args.workdir, progress=not args.no_progress)
     if distributed.is_primary():
         print(format_summary(summary))
@@ -212,6 +214,13 @@ def _bench(args) -> int:
         from attnjax.bench_generate import run_generate_benchmark
         run_generate_benchmark(_bench_config(args.overrides), args.lengths or (128, 256, 512, 1024),
                                args.fills, batch=args.batch, out=args.out)
+        return 0
+    if args.what == "startup":
+        from attnjax.bench_startup import run_startup_benchmark
+        experiment = next((o for o in args.overrides if o.endswith(".py")),
+                          "experiments/baseline.py")
+        run_startup_benchmark(experiment, [o for o in args.overrides if o != experiment],
+                              out=args.out)
         return 0
     if args.what == "sweep" and len(args.overrides) <= 1 and all(
             o.endswith(".py") for o in args.overrides):
@@ -542,13 +551,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "attention (compiled memory and time of each kernel's gradient), train "
                     "(tokens/s and model-FLOPs utilisation), sweep (wall time of one sweep "
                     "with each launcher), memory (compiled memory of a config's training step, "
-                    "not run) or generate (a cached decoding step at several cache fills, and "
-                    "full forwards without a cache).")
-    bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate"],
+                    "not run), generate (a cached decoding step at several cache fills, full "
+                    "forwards without a cache, and whole generations) or startup (the phases of "
+                    "one run trained twice in new processes sharing a compilation cache).")
+    bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate",
+                                        "startup"],
                        metavar="WHAT", help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
-                       help="sweep: the experiment (EXPERIMENT.py); memory, generate: the "
-                       "model and training config, an experiment "
+                       help="sweep, startup: the experiment (EXPERIMENT.py; startup also "
+                       "takes KEY=VALUE overrides); memory, generate: the model and training "
+                       "config, an experiment "
                        "file EXPERIMENT.py and/or KEY=VALUE overrides (default: the default "
                        "config, a width-128, 4-layer byte-level model)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",

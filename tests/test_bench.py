@@ -13,8 +13,10 @@ import pytest
 from attnjax import bench
 from attnjax.bench_generate import run_generate_benchmark
 from attnjax.bench_memory import train_step_memory
+from attnjax.bench_startup import run_startup_benchmark
 from attnjax.generate import decode_step, empty_cache
 from attnjax.nn import DecoderLM
+from attnjax.train.loop import PHASES
 from attnjax.train.state import init_params
 from helpers import TINY_INDUCTION, run_cli, tiny_config
 
@@ -123,6 +125,22 @@ def test_generation_benchmark_rows(tmp_path, capsys):
     assert "cached step of token t" in text and "whole greedy generation" in text
     with pytest.raises(ValueError, match="--fills must be 2 or more"):
         run_generate_benchmark(config, lengths=[8], fills=[1, 4], loops=[])
+
+
+def test_a_second_process_training_the_same_run_compiles_nothing(tmp_path, capsys):
+    """``bench startup``: the run's programs are in the shared cache after the first process,
+    and the second process adds none (it loaded every one); the table has every phase."""
+    experiment = tmp_path / "tiny.py"
+    experiment.write_text("from attnjax.config import Config, apply_overrides\n\n\n"
+                          f"def get_config():\n    return apply_overrides(Config(), "
+                          f"{TINY_INDUCTION!r})\n")
+    rows = run_startup_benchmark(str(experiment), ["train.steps=10", "train.eval_every=10",
+                                                   "train.checkpoint_every=10"])
+    assert [r["process"] for r in rows] == [1, 2]
+    assert rows[0]["new_cache_entries"] > 0 and rows[1]["new_cache_entries"] == 0
+    assert all(set(r["seconds"]) == {*PHASES, "total"} for r in rows)
+    text = capsys.readouterr().out
+    assert all(phase in text for phase in PHASES) and "cache files added" in text
 
 
 def test_sweep_benchmark_times_each_launcher_and_the_runs_agree(tmp_path, capsys):
