@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/attnjax bench sweep --out benchmarks/results/sweep.json
 	$(BIN)/attnjax bench memory --out benchmarks/results/memory.json
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
+	$(BIN)/attnjax bench startup --out benchmarks/results/startup.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info
