@@ -612,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:  # bad input: one line, no traceback
         print(f"attnjax: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:      # Ctrl-C, or SIGTERM to a sweep or audit driver
+        print(f"attnjax: interrupted{f' ({stop})' if str(stop) else ''}; what was running "
+              "saved a checkpoint: rerun the same command to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -114,3 +114,15 @@ def test_missing_experiment_file_is_one_line(tmp_path, capsys):
                              str(tmp_path / "run"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_an_interrupted_command_says_how_to_resume_and_exits_130(monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM to a sweep or audit driver, raised as KeyboardInterrupt) ends in one
+    line, not a traceback."""
+    def interrupted(args):
+        raise KeyboardInterrupt("signal SIGTERM")
+    monkeypatch.setattr(cli, "_sweep_status", interrupted)
+    code, out, err = run_cli(capsys, "sweep-status", "runs/anything")
+    assert code == 130 and out == ""
+    assert err == ("attnjax: interrupted (signal SIGTERM); what was running saved a checkpoint: "
+                   "rerun the same command to resume\n")
