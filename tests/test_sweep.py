@@ -199,7 +199,8 @@ def test_divergence_rule():
 
 
 class _StopAfter:
-    """Stands in for the SIGTERM flag: 'raised' after ``checks`` looks (as if SIGTERM came)."""
+    """Stands in for the SIGTERM flag: 'raised' from its ``checks``-th look on (as if SIGTERM
+    came then); the loop looks once per dispatch."""
     checks = 3
 
     def __init__(self):
@@ -214,7 +215,7 @@ class _StopAfter:
     @property
     def raised(self):
         self.count += 1
-        return self.count > self.checks
+        return self.count >= self.checks
 
 
 def test_interrupted_sweep_resumes_exactly(tmp_path, monkeypatch):
