@@ -130,7 +130,7 @@ class _Validated:
                 _check_finite(path, value)
             if "range" in field.metadata:
                 _check_range(path, value, field.metadata["range"])
-            if "registry" in field.metadata:
+            if "registry" in field.metadata and value is not None:
                 field.metadata["registry"].get(value, path)
             object.__setattr__(self, field.name, value)
         self._check_kind_fields()
@@ -382,6 +382,9 @@ class TrainConfig(_Validated):
     eval_every: int = _number(500, ge=1)
     eval_batches: int = _number(8, ge=1)
     eval_batch_size: int = _number(32, ge=1)
+    # the attention kernel evaluation runs (None: the model's); kernels compute the same
+    # function, so this trades speed and memory (``chunked`` at long lengths), not results
+    eval_kernel: str | None = dataclasses.field(default=None, metadata={"registry": KERNELS})
     checkpoint_every: int = _number(500, ge=1)
     keep_best: int = _number(1, ge=1)               # checkpoints kept by validation loss (+ latest)
     head_metrics: bool = False                      # log per-head attention statistics (log_every)
@@ -428,6 +431,18 @@ class Config(_Validated):
         elif not self.model.attention.key_padding_mask:
             self._fail("model.attention.key_padding_mask", "=False means nothing with "
                        "data.padding='none'; it is read by data.padding='left' or 'right'")
+        if self.train.eval_kernel is not None:
+            exact = [name for name, spec in KERNELS.items() if spec.exact]
+            for kernel in (self.train.eval_kernel, self.model.attention.kernel):
+                if kernel not in exact:
+                    self._fail("train.eval_kernel", f"={self.train.eval_kernel!r} needs exact "
+                               f"softmax kernels to evaluate the same function, and {kernel!r} "
+                               f"is not; exact kernels: {', '.join(exact)}")
+            try:
+                kernel_request(self.evaluated().model, padded=padded)
+            except ValueError as error:
+                self._fail("train.eval_kernel", f"={self.train.eval_kernel!r} cannot evaluate "
+                           f"this model: {error}")
         from attnjax.train.regularizers import active
         for field in ["head_metrics"] * self.train.head_metrics + [
                 reg.coefficient for reg in active(self.train).values()]:
@@ -439,6 +454,15 @@ class Config(_Validated):
                 kernel_request(self.model, return_weights=True, padded=padded)
             except ValueError as error:
                 self._fail(f"train.{field}", f"needs attention weights, which {error}")
+
+
+    def evaluated(self) -> Config:
+        """The config evaluation runs: the model with ``train.eval_kernel`` when one is set."""
+        if self.train.eval_kernel is None:
+            return self
+        attention = dataclasses.replace(self.model.attention, kernel=self.train.eval_kernel)
+        return dataclasses.replace(self, model=dataclasses.replace(self.model, attention=attention),
+                                   train=dataclasses.replace(self.train, eval_kernel=None))
 
 
 def from_dict(cls, data: dict, path: str | None = None):

@@ -130,14 +130,23 @@ def test_structure_keeps_whether_dropout_is_on():
 # ---------------------------------------------------------------- launching
 
 def test_vmapped_runs_equal_solo_runs(tmp_path):
-    """Three runs differing in seed, learning rate and dropout rates, trained as one vmapped
-    program, write what each writes when trained alone."""
-    sweep = ('[{"seed": 0, "train.learning_rate": 1e-3, "model.attention.dropout_rate": 0.1},'
-             ' {"seed": 1, "train.learning_rate": 3e-3, "model.attention.dropout_rate": 0.2},'
-             ' {"seed": 2, "train.learning_rate": 2e-3, "model.attention.dropout_rate": 0.3}]')
+    """Three runs differing in every kind of value (seed, learning rate, warmup, dropout rate,
+    position-embedding scale, qk-norm kappa), trained as one vmapped program, write what each
+    writes when trained alone."""
+    sweep = ('[{"seed": 0, "train.learning_rate": 1e-3, "model.attention.dropout_rate": 0.1,'
+             '  "train.warmup_steps": 2, "model.position.added_scale": 1.0,'
+             '  "model.attention.qk_kappa": 1.0},'
+             ' {"seed": 1, "train.learning_rate": 3e-3, "model.attention.dropout_rate": 0.2,'
+             '  "train.warmup_steps": 9, "model.position.added_scale": 8.0,'
+             '  "model.attention.qk_kappa": 3.0},'
+             ' {"seed": 2, "train.learning_rate": 2e-3, "model.attention.dropout_rate": 0.3,'
+             '  "train.warmup_steps": 0, "model.position.added_scale": 0.5,'
+             '  "model.attention.qk_kappa": 0.5}]')
     path = write_experiment(tmp_path, sweep)
     dropout = ["model.attention.dropout=probs_per_head", "model.attention.dropout_rate=0.1",
-               "model.residual_dropout=0.1", "train.head_metrics=true"]
+               "model.residual_dropout=0.1", "train.head_metrics=true",
+               "model.position.kind=sinusoidal", "model.attention.qk_norm=kappa"]
+    assert len(vmap_groups(expand(path, dropout))) == 1
     record = run_sweep(path, tmp_path / "sweep", launcher="vmap", overrides=dropout,
                        progress=False, log=quiet)
     assert [r["status"] for r in record["runs"]] == ["finished"] * 3

@@ -361,6 +361,35 @@ def test_evaluation_in_train_mode_applies_dropout_deterministically():
     assert abs(noisy[length]["loss"] - plain[length]["loss"]) > 1e-4      # dropout acted
 
 
+def test_eval_kernel_evaluates_the_same_function_with_another_kernel():
+    """``train.eval_kernel=chunked`` gives the reference kernel's losses at the training length
+    and past it (at 1024: two blocks of 512, the one above the diagonal skipped); a kernel that
+    is not exact, or cannot evaluate the model, is refused naming the field."""
+    config = tiny(**{"data.eval_lengths": [1024], "model.max_length": 1024,
+                     "train.eval_batches": 1})
+    chunked = apply_overrides(config, {"train.eval_kernel": "chunked"})
+    assert chunked.evaluated().model.attention.kernel == "chunked"
+    assert config.evaluated() is config
+    params, dataset = init_params(config), Dataset(config.data)
+    want, got = evaluate(config, params, dataset), evaluate(chunked, params, dataset)
+    assert set(want) == set(got) == {32, 1024}
+    for length in want:
+        np.testing.assert_allclose(got[length]["loss"], want[length]["loss"], rtol=1e-6)
+        assert got[length]["accuracy"] == want[length]["accuracy"]
+    with pytest.raises(ValueError, match=r"^train.eval_kernel='nope' is not a known .*chunked"):
+        apply_overrides(config, {"train.eval_kernel": "nope"})
+    with pytest.raises(ValueError, match=r"^train.eval_kernel='linear' needs exact softmax "
+                       r"kernels .* and 'linear' is not; exact kernels: reference, chunked"):
+        apply_overrides(config, {"train.eval_kernel": "linear"})
+    with pytest.raises(ValueError, match=r"^train.eval_kernel='chunked' .* 'linear' is not"):
+        apply_overrides(config, {"model.attention.kernel": "linear",
+                                 "train.eval_kernel": "chunked"})
+    with pytest.raises(ValueError, match=r"^train.eval_kernel='reference' cannot evaluate this "
+                       r"model: model.attention.block_q"):
+        apply_overrides(config, {"model.attention.kernel": "chunked",
+                                 "model.attention.block_q": 8, "train.eval_kernel": "reference"})
+
+
 def test_max_causal_logit_ignores_future_pairs():
     from attnjax.ops.stats import causal_max_logit
     max_causal_logit = lambda q, k, scale: causal_max_logit(q, k, scale).max()

@@ -70,7 +70,7 @@ def added_positions(module: nn.Module, pe, config: ModelConfig):
         pe = nn.LayerNorm(dtype=pe.dtype, name="position_norm")(pe)
     elif kind == "unit":
         pe = pe / jnp.linalg.norm(pe.astype(jnp.float32), axis=-1, keepdims=True).astype(pe.dtype)
-    return config.position.added_scale * pe
+    return jnp.asarray(config.position.added_scale, pe.dtype) * pe
 
 
 class FeedForward(nn.Module):

@@ -30,9 +30,14 @@ VALUES = {
     "model.attention.dropout_rate": jnp.float32,
     "model.residual_dropout": jnp.float32,
     "model.attention.scale_multiplier": jnp.float32,
+    "model.attention.qk_kappa": jnp.float32,
+    "model.position.added_scale": jnp.float32,
+    "train.warmup_steps": jnp.int32,
 }
 _CANONICAL = {"seed": 0, "train.learning_rate": 1e-3, "train.weight_decay": 0.0,
-              "train.z_loss": 0.0, "model.attention.scale_multiplier": 1.0}
+              "train.z_loss": 0.0, "model.attention.scale_multiplier": 1.0,
+              "model.attention.qk_kappa": 1.0, "model.position.added_scale": 1.0,
+              "train.warmup_steps": 0}
 
 
 def _get(config, path: str):

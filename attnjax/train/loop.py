@@ -75,8 +75,9 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
     """``evaluate`` for runs in lockstep (``params`` stacked when ``group``)."""
     config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
-    step = (_compiled_eval_step(hyper.structure(config), group, train_mode) if strided is None
-            else _compiled_strided_step(hyper.structure(config), group, train_mode, strided))
+    structure = hyper.structure(config.evaluated())
+    step = (_compiled_eval_step(structure, group, train_mode) if strided is None
+            else _compiled_strided_step(structure, group, train_mode, strided))
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
     for length in lengths:

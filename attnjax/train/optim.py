@@ -18,8 +18,9 @@ def learning_rate_schedule(cfg: TrainConfig):
     ``lr * final_lr_fraction`` at ``steps`` (so the first update is never zero)."""
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
-        warm = (step + 1) / max(cfg.warmup_steps, 1)
-        progress = jnp.clip((step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1), 0, 1)
+        warm = (step + 1) / jnp.maximum(cfg.warmup_steps, 1)
+        progress = jnp.clip((step - cfg.warmup_steps)
+                            / jnp.maximum(cfg.steps - cfg.warmup_steps, 1), 0, 1)
         cosine = cfg.final_lr_fraction + (1 - cfg.final_lr_fraction) * 0.5 * (
             1 + jnp.cos(jnp.pi * progress))
         return cfg.learning_rate * jnp.where(step < cfg.warmup_steps, warm, cosine)
