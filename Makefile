@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/attnjax bench memory --out benchmarks/results/memory.json
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
 	$(BIN)/attnjax bench startup --out benchmarks/results/startup.json
+	$(BIN)/attnjax bench report --out docs/PERFORMANCE.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

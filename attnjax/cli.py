@@ -206,6 +206,12 @@ def _bench_config(overrides: list[str]):
 
 def _bench(args) -> int:
     from attnjax import bench
+    if args.what == "report":
+        from pathlib import Path
+
+        from attnjax.bench_report import performance_markdown
+        performance_markdown(out=Path(args.out or "docs/PERFORMANCE.md"))
+        return 0
     if args.what == "memory":
         from attnjax.bench_memory import run_memory_benchmark
         run_memory_benchmark(_bench_config(args.overrides), out=args.out)
@@ -552,10 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tokens/s and model-FLOPs utilisation), sweep (wall time of one sweep "
                     "with each launcher), memory (compiled memory of a config's training step, "
                     "not run), generate (a cached decoding step at several cache fills, full "
-                    "forwards without a cache, and whole generations) or startup (the phases of "
-                    "one run trained twice in new processes sharing a compilation cache).")
+                    "forwards without a cache, and whole generations), startup (the phases of "
+                    "one run trained twice in new processes sharing a compilation cache) or "
+                    "report (docs/PERFORMANCE.md from benchmarks/results/*.json).")
     bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate",
-                                        "startup"],
+                                        "startup", "report"],
                        metavar="WHAT", help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
                        help="sweep, startup: the experiment (EXPERIMENT.py; startup also "
@@ -593,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="attention: dtype of q, k and v (logits stay float32 or wider in "
                        "the exact kernels; default: %(default)s)")
     bench.add_argument("--out", default=None, metavar="FILE.json",
-                       help="also write the results as JSON to this file")
+                       help="also write the results as JSON to this file (report: the page "
+                       "to write, default docs/PERFORMANCE.md)")
     bench.set_defaults(run=_bench)
     return parser
 

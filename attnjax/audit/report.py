@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import collections
-import os
-import platform
 from pathlib import Path
 
 from attnjax.audit.verdict import WORDS
-
-
-def machine() -> str:
-    """The CPU model and core count, and the jax version and backend."""
-    import jax
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores; jax {jax.__version__} "
-            f"({jax.default_backend()})")
+from attnjax.machine import describe
 
 
 CONVENTIONS = (
@@ -47,7 +33,7 @@ def audit_markdown(rows: list[dict], *, command: str, seconds: dict, plots_dir: 
     counts = collections.Counter(row["verdict"] for row in rows)
     work = seconds["training"] + seconds["measuring"]
     lines = ["# Claims audit", "", "Regenerate with:", "", f"    {command}", "",
-             f"Ran on {machine()}: training {seconds['training'] / 60:.1f} min + measuring "
+             f"Ran on {describe()}: training {seconds['training'] / 60:.1f} min + measuring "
              f"{seconds['measuring'] / 60:.1f} min = {work / 60:.1f} min of work (this "
              f"report's invocation: {seconds['this invocation'] / 60:.1f} min).", "",
              CONVENTIONS, "",

@@ -1,0 +1,144 @@
+"""docs/PERFORMANCE.md from the benchmark results (``benchmarks/results/*.json``, written by
+``make bench``): one section per benchmark with the machine it ran on, its table, and plots of
+the attention kernels' scaling and of the framework tax against the plain Flax peer.
+
+Every figure in it is a ratio or a time measured within one benchmark run; runs of different
+benchmarks (or days) are not compared with each other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnjax.analysis.figures import subplots
+
+RESULTS = Path("benchmarks/results")
+
+
+def _number(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    magnitude = abs(value)
+    return (f"{value:.3g}" if magnitude < 1e-2 or magnitude >= 1e5 else
+            f"{value:,.0f}" if magnitude >= 100 else f"{value:.3g}")
+
+
+def table(rows: list[dict], columns: list[tuple[str, str]]) -> list[str]:
+    """Markdown lines of ``rows`` under ``columns`` = ``[(header, key)]`` (blank if absent)."""
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_number(row[k]) if k in row else ""
+                                       for _, k in columns) + " |")
+    return lines
+
+
+def _scalar_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k, v in row.items() if not isinstance(v, (dict, list)) and k not in keys]
+    return [(k, k) for k in keys]
+
+
+SECTIONS = {
+    "attention": ("Attention kernels", "Causal attention, forward and gradient of each exact "
+                  "kernel: median seconds and compiled temporary memory; ratios against the "
+                  "first kernel of the same length.",
+                  [("kernel", "kernel"), ("length", "length"), ("forward ms", "forward_ms"),
+                   ("gradient ms", "grad_ms"), ("gradient MB", "grad_temp_mb"),
+                   ("gradient time vs reference", "grad_time_vs_reference"),
+                   ("gradient memory vs reference", "grad_mem_vs_reference")]),
+    "train": ("Training throughput and the framework tax", "Tokens per second of the compiled "
+              "training loop, model-FLOPs utilisation against a matmul peak measured in the "
+              "same run, and at 10 steps per dispatch the plain Flax peer's (benchmarks/"
+              "peer_gpt.py) tokens per second: `peer_ratio` = attnjax / peer.",
+              [("setting", "setting"), ("steps per dispatch", "steps_per_dispatch"),
+               ("tokens/s", "tokens_per_s"), ("MFU", "mfu"), ("peer tokens/s",
+                                                              "peer_tokens_per_s"),
+               ("peer_ratio", "peer_ratio")]),
+    "sweep": ("Sweep launchers", "Wall time of one sweep with each launcher, compilation "
+              "included; speedup against the first; runs must agree.",
+              [("launcher", "launcher"), ("wall s", "seconds"), ("speedup", "speedup"),
+               ("max loss difference", "max_loss_difference")]),
+    "startup": ("Per-run overhead", "The same run trained twice, each in a new process, sharing "
+                "a compilation cache that starts empty: seconds per phase and the cache files "
+                "each process added (the second compiles nothing).", None),
+    "memory": ("Training-step memory", "Compiled memory of one training dispatch, in bytes.",
+               None),
+    "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
+                 "prefix, and of a whole compiled generation against a Python loop.", None),
+}
+
+
+def _rows(name: str, result: dict) -> list[dict]:
+    rows = result.get("rows", [result])
+    if name == "attention":
+        rows = [{**r, "forward_ms": r["forward_s"] * 1e3, "grad_ms": r["grad_s"] * 1e3}
+                for r in rows]
+    if name == "startup":
+        rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
+                 "new_cache_entries": r["new_cache_entries"]} for r in rows]
+    return rows
+
+
+def attention_plot(rows: list[dict], path: Path) -> Path:
+    fig, (time_ax, memory_ax) = subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        mine = sorted((r for r in rows if r["kernel"] == kernel), key=lambda r: r["length"])
+        lengths = [r["length"] for r in mine]
+        time_ax.plot(lengths, [r["grad_s"] * 1e3 for r in mine], "o-", label=kernel)
+        memory_ax.plot(lengths, [r["grad_temp_mb"] for r in mine], "o-", label=kernel)
+    for ax, label in ((time_ax, "gradient time (ms)"), (memory_ax, "gradient temporaries (MB)")):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    time_ax.set_title("causal attention gradient: time")
+    memory_ax.set_title("causal attention gradient: memory")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def peer_plot(rows: list[dict], path: Path) -> Path:
+    rows = [r for r in rows if "peer_ratio" in r]
+    fig, ax = subplots(figsize=(7, 1.4 + 0.5 * len(rows)), layout="constrained")
+    names = [r["setting"] for r in rows]
+    ax.barh(names, [r["peer_ratio"] for r in rows], height=0.6, color="tab:blue")
+    ax.set_xlim(0, 1.2 * max(max(r["peer_ratio"] for r in rows), 1.0))
+    ax.axvline(1.0, color="black", lw=1)
+    for y, r in enumerate(rows):
+        ax.text(r["peer_ratio"], y, f" {r['peer_ratio']:.2f}x", va="center")
+    ax.set(xlabel="attnjax tokens/s / plain Flax peer tokens/s (10 steps per dispatch)",
+           title="framework tax: above 1 attnjax is faster")
+    ax.invert_yaxis()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def performance_markdown(results_dir: Path = RESULTS, out: Path = Path("docs/PERFORMANCE.md"),
+                         command: str = "make bench") -> Path:
+    """Write ``out`` (and its plots into ``<out stem lowercased>/``) from ``results_dir``."""
+    images = out.parent / out.stem.lower()
+    images.mkdir(parents=True, exist_ok=True)
+    lines = ["# Performance", "", f"Regenerate with `{command}` (it writes "
+             f"`{results_dir}/*.json`, then this page).", "",
+             "Figures are ratios and times measured within one benchmark run on the machine "
+             "named under each section; runs of different sections were not interleaved.", ""]
+    for name, (title, text, columns) in SECTIONS.items():
+        path = results_dir / f"{name}.json"
+        if not path.is_file():
+            continue
+        result = json.loads(path.read_text())
+        rows = _rows(name, result)
+        lines += [f"## {title}", "", text, "",
+                  f"Measured on {result.get('machine', 'a machine not recorded')}.", ""]
+        lines += table(rows, columns or _scalar_columns(rows)) + [""]
+        plot = {"attention": attention_plot, "train": peer_plot}.get(name)
+        if plot is not None and (name != "train" or any("peer_ratio" in r for r in rows)):
+            png = plot(rows, images / f"{name}.png")
+            lines += [f"![{title}]({images.name}/{png.name})", ""]
+    out.write_text("\n".join(lines))
+    print(f"wrote {out}")
+    return out

@@ -1,0 +1,42 @@
+"""The plain Flax peer of ``attnjax bench train`` is the same model: equal parameter counts
+per setting, and it learns; ``peer_comparison`` reports the two throughputs and their ratio."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax.bench import train_settings, train_throughput
+from attnjax.bench_peer import load_peer, peer_comparison
+from attnjax.data.text import read_bytes
+from attnjax.train.state import init_params
+from helpers import TINY_TEXT, tiny_config
+
+PEER = load_peer()
+count = lambda tree: sum(x.size for x in jax.tree_util.tree_leaves(tree))
+
+
+@pytest.mark.parametrize("name", list(train_settings()))
+def test_peer_has_attnjax_parameter_count(name):
+    config = train_settings()[name]
+    m = config.model
+    peer = PEER.GPT(m.vocab_size, m.d_model, m.num_layers, m.attention.num_heads, m.max_length)
+    shapes = jax.eval_shape(peer.init, jax.random.PRNGKey(0),
+                            jnp.zeros((1, config.data.length), jnp.int32))["params"]
+    ours = jax.eval_shape(lambda: init_params(config))
+    assert count(shapes) == count(ours)
+
+
+def test_peer_learns_and_the_comparison_reports_the_ratio():
+    corpus = read_bytes(None)[:200_000]
+    result = PEER.throughput(corpus, d_model=32, num_layers=1, num_heads=2, length=16,
+                             batch_size=8, steps=60, steps_per_dispatch=10,
+                             total_steps=80, warmup=10, learning_rate=3e-3)
+    assert result["steps"] == 60 and result["tokens_per_s"] > 0
+    assert result["loss"] < np.log(256) - 1.0          # well below the uniform 5.55 nats
+    config = tiny_config(TINY_TEXT, **{"model.position.kind": "learned",
+                                        "train.steps_per_dispatch": 10, "train.log_every": 10,
+                                        "train.eval_every": 10, "train.checkpoint_every": 10})
+    row = peer_comparison(config, 20, train_throughput)
+    assert row["tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0
+    assert row["peer_ratio"] == pytest.approx(row["tokens_per_s"] / row["peer_tokens_per_s"])
