@@ -195,7 +195,7 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
     return rows
 
 
-SWEEP_LAUNCHERS = ("sequential", "vmap", "processes", "vmap-processes", "ray")
+SWEEP_LAUNCHERS = ("sequential", "vmap", "processes", "vmap-processes", "ray", "auto")
 
 
 def run_sweep_benchmark(experiment: str = "experiments/baseline.py", seeds: int = 8,

@@ -395,16 +395,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="config overrides applied to every run, e.g. train.steps=100")
     sweep.add_argument("--workdir", required=True, metavar="DIR",
                        help="sweep directory: sweep.json plus one run directory per run")
-    sweep.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="sequential",
+    sweep.add_argument("--launcher", choices=_RegistryNames(LAUNCHERS), default="auto",
                        metavar="LAUNCHER",
-                       help="how to run the runs, one of %(choices)s (default: %(default)s): "
+                       help="how to run the runs, one of %(choices)s (default: %(default)s, "
+                       "which picks processes on a multi-core CPU, vmap on an accelerator, "
+                       "sequential for one run): "
                        "sequential trains them one after another in this process, processes "
                        "in --jobs worker processes pinned to their share of the cores, vmap "
                        "trains runs differing only in seed or scalar hyperparameters as one "
                        "vmapped program, vmap-processes trains such vmapped groups side by "
                        "side in --jobs pinned worker processes")
     sweep.add_argument("--jobs", type=int, default=None, metavar="N",
-                       help="processes: number of worker processes (default 2); vmap: most "
+                       help="processes: number of worker processes (default 2; auto: one per "
+                       "core); vmap: most "
                        "runs in one vmapped program (default: all); vmap-processes: number "
                        "of worker processes (default: one per core); ray: most runs in one "
                        "task (default: all of a structure)")

@@ -7,14 +7,25 @@ the tiny configs) are in ``helpers.py``.
   (JAX writes each entry once, under its key; a half-written one that the other worker reads
   is reported as a warning and compiled instead, never used).
 - ``assert_png``: see ``check_png``.
+
+The session compiles at XLA's CPU optimisation level 1 (set below, before JAX starts).
 """
 
-import jax
-import numpy as np
-import pytest
-from PIL import Image
+import os
 
-from helpers import COMPILE_CACHE, COMPILE_CACHE_ENV
+from attnjax.quick_compile import quick_compile_flags
+
+# Before any test computes (XLA reads its flags when the backend starts): the suite compiles
+# thousands of small programs and runs each briefly, so it compiles at XLA's CPU optimisation
+# level 1 (attnjax.quick_compile: bit-identical results); processes that tests start inherit it
+os.environ["XLA_FLAGS"] = quick_compile_flags(os.environ.get("XLA_FLAGS"))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from helpers import COMPILE_CACHE, COMPILE_CACHE_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -212,20 +212,3 @@ def test_claim_file_named_after_its_id(tmp_path):
                     "measure = verdict = None\n")
     with pytest.raises(ValueError, match="name it SC98.py"):
         load_claim(path)
-
-
-def test_audit_workers_compile_quickly_and_the_driver_keeps_its_flags(monkeypatch):
-    import os
-    from attnjax.audit.runner import QUICK_COMPILE, quick_compiling_workers
-    devices = "--xla_force_host_platform_device_count=2"
-    monkeypatch.setenv("XLA_FLAGS", devices)
-    with quick_compiling_workers():
-        assert os.environ["XLA_FLAGS"] == f"{devices} {QUICK_COMPILE}"
-    assert os.environ["XLA_FLAGS"] == devices
-    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")
-    with quick_compiling_workers():        # a level the user chose is kept
-        assert os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=3"
-    monkeypatch.delenv("XLA_FLAGS")
-    with quick_compiling_workers():
-        assert os.environ["XLA_FLAGS"] == QUICK_COMPILE
-    assert "XLA_FLAGS" not in os.environ

@@ -15,7 +15,8 @@ import pytest
 from attnjax.config import AttentionConfig, Config, ModelConfig, TrainConfig, apply_overrides
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
-from attnjax.sweep.launch import divergence, longest_first, run_sweep, vmap_groups, work
+from attnjax.sweep.launch import (choose_launcher, divergence, longest_first, run_sweep,
+                                  vmap_groups, work)
 from attnjax.sweep.workers import core_shares
 from attnjax.train import hyper, loop, train
 from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli, subprocess_env
@@ -231,13 +232,14 @@ def test_interrupted_sweep_resumes_exactly(tmp_path, monkeypatch):
     """A sweep stopped mid-run (SIGTERM) is marked interrupted and stops launching; rerun, it
     resumes that run from its checkpoint, and every run equals an uninterrupted sweep's."""
     path = write_experiment(tmp_path, 'product({"seed": [0, 1]})')
-    run_sweep(path, tmp_path / "whole", progress=False, log=quiet)
+    here = dict(launcher="sequential", progress=False, log=quiet)   # the patch is in-process
+    run_sweep(path, tmp_path / "whole", **here)
     with monkeypatch.context() as patch:
         patch.setattr(loop, "_StopFlag", _StopAfter)
-        record = run_sweep(path, tmp_path / "resumed", progress=False, log=quiet)
+        record = run_sweep(path, tmp_path / "resumed", **here)
     assert [r["status"] for r in record["runs"]] == ["interrupted", "pending"]
     assert not (tmp_path / "resumed" / "seed=1").exists()   # stopped launching
-    record = run_sweep(path, tmp_path / "resumed", progress=False, log=quiet)
+    record = run_sweep(path, tmp_path / "resumed", **here)
     assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
     for name in ("seed=0", "seed=1"):
         whole = RunDir(tmp_path / "whole" / name).metrics()
@@ -318,15 +320,26 @@ def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, m
             np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
 
 
+def test_auto_launcher_rule():
+    assert choose_launcher(8, 2, "cpu")[0] == "processes"
+    assert choose_launcher(1, 2, "cpu")[0] == "sequential"       # every core for one run
+    assert choose_launcher(8, 1, "cpu")[0] == "sequential"
+    assert choose_launcher(8, 16, "gpu")[0] == "vmap"             # one device, kept busy
+
+
 def test_processes_launcher_and_cli(tmp_path, monkeypatch, capsys):
-    """Two worker processes; then ``sweep-status`` shows every run finished. The commands run
-    in this process (the launcher starts the workers itself); the workers inherit this env."""
+    """The default launcher, ``auto``, picks two worker processes on this CPU (one per core;
+    on one core it would train in this process); then ``sweep-status`` shows every run
+    finished. The commands run in this process (the launcher starts the workers itself); the
+    workers inherit this env."""
     path = write_experiment(tmp_path, '[{"seed": 0}, {"seed": 1}]')
     for key, value in {"JAX_PLATFORMS": "cpu", "HOME": str(tmp_path), **COMPILE_CACHE_ENV}.items():
         monkeypatch.setenv(key, value)
     code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
-                             "--launcher", "processes", "--jobs", "2", "--no-progress")
+                             "--no-progress")
     assert code == 0, err[-2000:]
+    cores = len(os.sched_getaffinity(0))
+    assert f"auto launcher: {'processes' if cores > 1 else 'sequential'}" in out
     assert [r["status"] for r in SweepDir(tmp_path / "s").record()["runs"]] == ["finished"] * 2
     code, out, err = run_cli(capsys, "sweep-status", str(tmp_path / "s"))
     assert code == 0 and out.count("finished") >= 2

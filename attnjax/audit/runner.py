@@ -16,9 +16,7 @@ go on; the command then exits 1.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 import time
 import traceback
@@ -27,6 +25,7 @@ from pathlib import Path
 from attnjax.audit.claims import ClaimFile, load_claims
 from attnjax.audit.measuring import failure_path, measure_claims, measured
 from attnjax.audit.report import audit_markdown
+from attnjax.quick_compile import quick_compiling_workers
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.launch import launch_runs
 from attnjax.sweep.spec import Run
@@ -47,30 +46,6 @@ def collect_runs(claims: list[ClaimFile]) -> tuple[list[Run], dict[str, list[Run
                                  f"{run.name!r} but configure it differently")
             unique.setdefault(run.name, (run, claim.id))
     return [run for run, _ in unique.values()], own
-
-
-# XLA's CPU backend at optimisation level 1 instead of its default: the S-text training program
-# of a 2-seed group compiles in 7.6 s instead of 13.3 s on one core and trains as fast (within
-# 2%), with bit-identical losses (measured on S-text and S-wide; without fast-math LLVM does not
-# reorder floating-point arithmetic at any level). The audit's many small programs make
-# compilation a third of its work.
-QUICK_COMPILE = "--xla_backend_optimization_level=1"
-
-
-@contextlib.contextmanager
-def quick_compiling_workers():
-    """Worker processes started inside compile with ``QUICK_COMPILE`` (added to their
-    ``XLA_FLAGS`` unless it already sets the level); this process's own flags are restored."""
-    saved = os.environ.get("XLA_FLAGS")
-    if "xla_backend_optimization_level" not in (saved or ""):
-        os.environ["XLA_FLAGS"] = f"{saved or ''} {QUICK_COMPILE}".strip()
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("XLA_FLAGS", None)
-        else:
-            os.environ["XLA_FLAGS"] = saved
 
 
 def spent_seconds(workdir: Path, phase: str, spent: float) -> float:
