@@ -32,6 +32,9 @@ bench: $(STAMP)
 	$(BIN)/attnjax bench train --out benchmarks/results/train.json
 	$(BIN)/attnjax bench sweep --out benchmarks/results/sweep.json
 	$(BIN)/attnjax bench memory --out benchmarks/results/memory.json
+	for kernel in reference chunked; do $(BIN)/attnjax bench memory data.length=8192 \
+		model.max_length=8192 train.batch_size=1 model.attention.kernel=$$kernel \
+		--out benchmarks/results/memory-8192-$$kernel.json; done
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
 	$(BIN)/attnjax bench startup --out benchmarks/results/startup.json
 	$(BIN)/attnjax bench report --out docs/PERFORMANCE.md

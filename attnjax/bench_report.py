@@ -66,7 +66,9 @@ SECTIONS = {
     "startup": ("Per-run overhead", "The same run trained twice, each in a new process, sharing "
                 "a compilation cache that starts empty: seconds per phase and the cache files "
                 "each process added (the second compiles nothing).", None),
-    "memory": ("Training-step memory", "Compiled memory of one training dispatch, in bytes.",
+    "memory": ("Training-step memory", "Compiled memory of one training dispatch, in bytes "
+               "(`memory.json`: the default config; `memory-<name>.json`: the other configs "
+               "`make bench` measures, e.g. a whole step at length 8192 with each kernel).",
                None),
     "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
                  "prefix, and of a whole compiled generation against a Python loop.", None),
@@ -127,13 +129,13 @@ def performance_markdown(results_dir: Path = RESULTS, out: Path = Path("docs/PER
              "Figures are ratios and times measured within one benchmark run on the machine "
              "named under each section; runs of different sections were not interleaved.", ""]
     for name, (title, text, columns) in SECTIONS.items():
-        path = results_dir / f"{name}.json"
-        if not path.is_file():
+        paths = [*results_dir.glob(f"{name}.json"), *sorted(results_dir.glob(f"{name}-*.json"))]
+        if not paths:
             continue
-        result = json.loads(path.read_text())
-        rows = _rows(name, result)
-        lines += [f"## {title}", "", text, "",
-                  f"Measured on {result.get('machine', 'a machine not recorded')}.", ""]
+        results = [json.loads(path.read_text()) for path in paths]
+        rows = [row for result in results for row in _rows(name, result)]
+        machines = sorted({r.get("machine", "a machine not recorded") for r in results})
+        lines += [f"## {title}", "", text, "", f"Measured on {'; '.join(machines)}.", ""]
         lines += table(rows, columns or _scalar_columns(rows)) + [""]
         plot = {"attention": attention_plot, "train": peer_plot}.get(name)
         if plot is not None and (name != "train" or any("peer_ratio" in r for r in rows)):
