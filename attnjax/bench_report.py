@@ -76,7 +76,8 @@ SECTIONS = {
 
 
 def _rows(name: str, result: dict) -> list[dict]:
-    rows = result.get("rows", [result])
+    rows = result.get("rows") or [{k: v for k, v in result.items()
+                                   if k not in ("machine", "backend")}]
     if name == "attention":
         rows = [{**r, "forward_ms": r["forward_s"] * 1e3, "grad_ms": r["grad_s"] * 1e3}
                 for r in rows]
