@@ -89,11 +89,12 @@ def _rows(name: str, result: dict) -> list[dict]:
 
 def attention_plot(rows: list[dict], path: Path) -> Path:
     fig, (time_ax, memory_ax) = subplots(1, 2, figsize=(10, 4), layout="constrained")
-    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+    styles = ["o-", "s--", "^:", "d-."]        # kernels with equal values stay visible
+    for i, kernel in enumerate(dict.fromkeys(r["kernel"] for r in rows)):
         mine = sorted((r for r in rows if r["kernel"] == kernel), key=lambda r: r["length"])
-        lengths = [r["length"] for r in mine]
-        time_ax.plot(lengths, [r["grad_s"] * 1e3 for r in mine], "o-", label=kernel)
-        memory_ax.plot(lengths, [r["grad_temp_mb"] for r in mine], "o-", label=kernel)
+        lengths, style = [r["length"] for r in mine], styles[i % len(styles)]
+        time_ax.plot(lengths, [r["grad_s"] * 1e3 for r in mine], style, label=kernel)
+        memory_ax.plot(lengths, [r["grad_temp_mb"] for r in mine], style, label=kernel)
     for ax, label in ((time_ax, "gradient time (ms)"), (memory_ax, "gradient temporaries (MB)")):
         ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=label)
         ax.grid(True, which="both", alpha=0.3)
@@ -110,9 +111,10 @@ def peer_plot(rows: list[dict], path: Path) -> Path:
     names = [r["setting"] for r in rows]
     ax.barh(names, [r["peer_ratio"] for r in rows], height=0.6, color="tab:blue")
     ax.set_xlim(0, 1.2 * max(max(r["peer_ratio"] for r in rows), 1.0))
-    ax.axvline(1.0, color="black", lw=1)
+    ax.axvline(1.0, color="black", lw=1, zorder=0)
     for y, r in enumerate(rows):
-        ax.text(r["peer_ratio"], y, f" {r['peer_ratio']:.2f}x", va="center")
+        ax.text(r["peer_ratio"], y, f" {r['peer_ratio']:.2f}x", va="center",
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     ax.set(xlabel="attnjax tokens/s / plain Flax peer tokens/s (10 steps per dispatch)",
            title="framework tax: above 1 attnjax is faster")
     ax.invert_yaxis()
