@@ -27,8 +27,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attnjax.ops.attention import (OPTIONS, KernelSpec, block_bias, dropout_keep, group_heads,
-                                   scaled_logits)
+from attnjax.ops.attention import (OPTIONS, KernelSpec, block_bias, dropout_keep,
+                                   expand_kv_heads, scaled_logits)
 from attnjax.ops.masks import combine_masks, mask_value
 from attnjax.registry import KERNELS
 
@@ -46,14 +46,14 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
     """Chunked kernel with the signature shared by all registered kernels (see attention.py)."""
     del return_weights  # not supported: refused by the front door (it would cost n x n memory)
     B, T, N, H = query.shape
-    S, K, D = key.shape[1], key.shape[2], value.shape[3]
-    G = N // K
+    S, D = key.shape[1], value.shape[3]
     bq, bk = min(block_q, T), min(block_k, S)
-    q_blocks = _split_blocks(query.reshape(B, T, K, G, H), bq)   # [nq, B, bq, K, G, H]
-    k_blocks, v_blocks = _split_blocks(key, bk), _split_blocks(value, bk)
+    q_blocks = _split_blocks(query, bq)                          # [nq, B, bq, N, H]
+    k_blocks = _split_blocks(expand_kv_heads(key, N), bk)        # [nk, B, bk, N, H]
+    v_blocks = _split_blocks(expand_kv_heads(value, N), bk)
     acc_dtype = jnp.promote_types(query.dtype, jnp.float32)
     fill = mask_value(acc_dtype)
-    heads = jnp.arange(N).reshape(1, K, G, 1, 1)
+    heads = jnp.arange(N)[:, None, None]
 
     def query_block(args):
         i, q = args
@@ -63,16 +63,15 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
             j, k, v = xs
             k_start = j * bk
             in_range = (k_start + jnp.arange(bk) < S)[None, None, None, :]
-            visible = group_heads(
-                combine_masks(mask.block(q_start, bq, k_start, bk), in_range), K)
+            visible = combine_masks(mask.block(q_start, bq, k_start, bk), in_range)
             # a block no query of this block may see leaves m, l and acc as they are
             return jax.lax.cond(visible.any(), visible_block, lambda carry, *_: carry,
                                 carry, k, v, k_start, visible), None
 
         def visible_block(carry, k, v, k_start, visible):
             m, l, acc = carry
-            s = scaled_logits(q, k, scale, logit_soft_cap)                 # [B,K,G,bq,bk]
-            b = group_heads(block_bias(bias, mask, q_start, bq, k_start, bk), K)
+            s = scaled_logits(q, k, scale, logit_soft_cap)                 # [B,N,bq,bk]
+            b = block_bias(bias, mask, q_start, bq, k_start, bk)
             if b is not None:
                 s = s + b
             s = jnp.where(visible, s, fill)
@@ -81,26 +80,26 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
             correction = jnp.exp(m - m_new)
             l = l * correction + p.sum(axis=-1)
             if dropout is not None:
-                keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None, None], heads,
+                keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None], heads,
                                     (q_start + jnp.arange(bq))[:, None],
                                     k_start + jnp.arange(bk))
                 p = jnp.where(keep, p / (1.0 - dropout.rate), 0.0)
             acc = acc * correction[..., None] + jnp.einsum(
-                "bkgqs,bskh->bkgqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
+                "bnqk,bknh->bnqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
             return m_new, l, acc
 
         # Initial carries derived from q, so they carry q's sharding (explicit-sharding meshes
         # require the scan carry types, shardings included, to stay equal).
-        l0 = jnp.zeros_like(jnp.moveaxis(q, 1, 3)[..., 0], dtype=acc_dtype)  # [B,K,G,bq]
-        acc0 = jnp.repeat(l0[..., None], D, axis=-1)                         # [B,K,G,bq,D]
+        l0 = jnp.zeros_like(jnp.moveaxis(q, 1, 2)[..., 0], dtype=acc_dtype)  # [B,N,bq]
+        acc0 = jnp.repeat(l0[..., None], D, axis=-1)                         # [B,N,bq,D]
         if sink is None:
             m0 = l0 + fill
         else:
-            m0, l0 = l0 + sink[:, :, None].astype(acc_dtype), l0 + 1.0
+            m0, l0 = l0 + sink[:, None].astype(acc_dtype), l0 + 1.0
         (_, l, acc), _ = jax.lax.scan(jax.checkpoint(key_step), (m0, l0, acc0),
                                       (jnp.arange(k_blocks.shape[0]), k_blocks, v_blocks))
-        out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,K,G,bq,D]
-        return jnp.moveaxis(out, 3, 1).astype(query.dtype)                 # [B,bq,K,G,D]
+        out = acc / jnp.where(l == 0, 1.0, l)[..., None]                   # [B,N,bq,D]
+        return jnp.moveaxis(out, 2, 1).astype(query.dtype)                 # [B,bq,N,D]
 
     out = jax.lax.map(jax.checkpoint(query_block), (jnp.arange(q_blocks.shape[0]), q_blocks))
     # Merging the block axes: under an explicit-sharding mesh the result must be told its

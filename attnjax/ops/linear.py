@@ -36,7 +36,7 @@ def linear_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, si
     B, T, N, H = query.shape
     S, K = key.shape[1], key.shape[2]
     dtype = jnp.promote_types(query.dtype, jnp.float32)
-    q = query.reshape(B, T, K, N // K, H).astype(dtype) * scale[..., None].astype(dtype)
+    q = query.reshape(B, T, K, N // K, H).astype(dtype) * scale.reshape(K, N // K, 1).astype(dtype)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(key.astype(dtype))
     v = value.astype(dtype)
     if mask.key_value_seq_lengths is not None:

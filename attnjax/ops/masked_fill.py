@@ -36,7 +36,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attnjax.ops.attention import KernelSpec, block_bias, group_heads
+from attnjax.ops.attention import KernelSpec, block_bias, expand_kv_heads
 from attnjax.ops.masks import combine_masks
 from attnjax.registry import KERNELS
 
@@ -64,21 +64,20 @@ def masked_fill_attention(query, key, value, *, bias, mask, scale, logit_soft_ca
         raise ValueError(f"logits_dtype={logits_dtype!r} is not valid; choices: "
                          f"{', '.join(LOGITS_DTYPES)}")
     B, T, N, H = query.shape
-    S, K = key.shape[1], key.shape[2]
+    S = key.shape[1]
     dtype = query.dtype if logits_dtype == "input" else jnp.promote_types(query.dtype,
                                                                            jnp.float32)
-    q = query.reshape(B, T, K, N // K, H).astype(dtype)
-    s = _in(dtype, jnp.einsum("bqkgh,bskh->bkgqs", q, key.astype(dtype),
+    key, value = expand_kv_heads(key, N), expand_kv_heads(value, N)
+    s = _in(dtype, jnp.einsum("bqnh,bknh->bnqk", query.astype(dtype), key.astype(dtype),
                               preferred_element_type=dtype))
-    s = _in(dtype, s * scale[..., None, None].astype(dtype))
-    b = group_heads(block_bias(bias, mask, 0, T, 0, S), K)
+    s = _in(dtype, s * scale[:, None, None].astype(dtype))
+    b = block_bias(bias, mask, 0, T, 0, S)
     if b is not None:
         s = _in(dtype, s + b.astype(dtype))
     q_pos, k_pos = mask.positions(0, T, 0, S)
     causal = (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + causal_offset
               if mask.is_causal else None)
-    visible = group_heads(combine_masks(mask._replace(is_causal=False).block(0, T, 0, S),
-                                        causal), K)
+    visible = combine_masks(mask._replace(is_causal=False).block(0, T, 0, S), causal)
     fill = jnp.asarray(jnp.finfo(dtype).min if mask_fill is None else mask_fill, dtype)
     if visible is None or mask_after_softmax:
         probs = jax.nn.softmax(s, axis=-1)
@@ -89,11 +88,11 @@ def masked_fill_attention(query, key, value, *, bias, mask, scale, logit_soft_ca
     else:
         probs = jax.nn.softmax(_in(dtype, s + _in(dtype, (1 - visible.astype(dtype)) * fill)),
                                axis=-1)
-    out = jnp.einsum("bkgqs,bskh->bqkgh", probs.astype(value.dtype), value,
+    out = jnp.einsum("bnqk,bknh->bqnh", probs.astype(value.dtype), value,
                      preferred_element_type=jnp.promote_types(value.dtype, dtype))
-    out = out.reshape(B, T, N, value.shape[3]).astype(query.dtype)
+    out = out.astype(query.dtype)
     if return_weights:
-        return out, probs.reshape(B, N, T, S).astype(jnp.float32)
+        return out, probs.astype(jnp.float32)
     return out
 
 

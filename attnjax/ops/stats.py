@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.ops.attention import scaled_logits
+from attnjax.ops.attention import expand_kv_heads, scaled_logits
 
 WEIGHT_STATS = ("entropy", "norm_entropy", "max_weight", "sink_mass", "active_frac",
                 "prev_token")
@@ -73,12 +73,11 @@ def mean_entropy(weights) -> jax.Array:
 def causal_max_logit(q: jax.Array, k: jax.Array, scale) -> jax.Array:
     """``[N]``: the largest ``scale * q_i . k_j`` over causal pairs ``j <= i`` (and examples)
     per head, from ``q`` ``[B, T, N, H]``, ``k`` ``[B, T, K, H]``, ``scale`` scalar or ``[N]``."""
-    B, T, N, H = q.shape
-    K = k.shape[2]
-    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,)).reshape(K, N // K)
-    logits = scaled_logits(q.reshape(B, T, K, N // K, H), k, scale, None)     # [B,K,G,T,T]
+    N, T = q.shape[2], q.shape[1]
+    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,))
+    logits = scaled_logits(q, expand_kv_heads(k, N), scale, None)               # [B,N,T,T]
     causal = jnp.tril(jnp.ones((T, T), bool))
-    return jnp.where(causal, logits, -jnp.inf).max(axis=(0, 3, 4)).reshape(N)
+    return jnp.where(causal, logits, -jnp.inf).max(axis=(0, 2, 3))
 
 
 def qk_statistics(q: jax.Array, k: jax.Array, scale) -> dict[str, jax.Array]:
