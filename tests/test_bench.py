@@ -35,9 +35,10 @@ def test_attention_benchmark_measures_the_requested_dtype(tmp_path, capsys):
 
 # ---------------------------------------------------------------- training-step memory
 
-def memory_of(**overrides) -> dict:
-    return train_step_memory(tiny_config(TINY_INDUCTION, **{"data.length": 128,
-                                                            "model.max_length": 256, **overrides}))
+def memory_of(buffers_only: bool = False, **overrides) -> dict:
+    config = tiny_config(TINY_INDUCTION, **{"data.length": 128, "model.max_length": 256,
+                                            **overrides})
+    return train_step_memory(config, buffers_only=buffers_only)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,13 @@ def test_temporaries_grow_with_length_and_batch(memory):
 
 def test_the_chunked_kernel_needs_fewer_temporaries_at_length(memory):
     assert memory["2T chunked"]["temp_bytes"] < 0.5 * memory["2T"]["temp_bytes"]
+
+
+def test_unoptimised_machine_code_leaves_every_buffer_as_it_is(memory):
+    """``buffers_only``: LLVM at -O0 changes the generated code, not XLA's buffer assignment."""
+    quick, row = memory_of(buffers_only=True), memory["base"]
+    assert {k: v for k, v in quick.items() if k != "code_bytes"} == \
+        {k: v for k, v in row.items() if k != "code_bytes"}
 
 
 def test_memory_command_prints_and_writes_the_row(tmp_path, capsys):

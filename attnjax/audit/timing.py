@@ -10,11 +10,12 @@ import jax
 import numpy as np
 
 
-def interleaved_medians(calls: dict[str, Callable[[], object]], *, repeats: int = 5,
-                        budget_s: float = 0.3, most: int = 25) -> dict[str, float]:
-    """``{name: fn}`` (no-argument callables) -> the median seconds of ``fn()``, compile and
-    first call excluded: each function runs at least ``repeats`` times, a fast one more (about
-    ``budget_s`` of calls, at most ``most``), in rounds of one call of each in turn."""
+def interleaved_times(calls: dict[str, Callable[[], object]], *, repeats: int = 5,
+                      budget_s: float = 0.3, most: int = 25) -> dict[str, list[float]]:
+    """``{name: fn}`` (no-argument callables) -> the seconds of each timed call of ``fn()``,
+    compile and first call excluded: each function runs at least ``repeats`` times, a fast one
+    more (about ``budget_s`` of calls, at most ``most``), in rounds of one call of each in
+    turn."""
     counts = {}
     for name, fn in calls.items():
         start = time.perf_counter()
@@ -28,4 +29,9 @@ def interleaved_medians(calls: dict[str, Callable[[], object]], *, repeats: int 
                 start = time.perf_counter()
                 jax.block_until_ready(fn())
                 times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    return times
+
+
+def interleaved_medians(calls: dict[str, Callable[[], object]], **counts) -> dict[str, float]:
+    """The median of each function's ``interleaved_times`` (same arguments)."""
+    return {name: float(np.median(t)) for name, t in interleaved_times(calls, **counts).items()}

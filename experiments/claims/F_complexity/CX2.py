@@ -5,7 +5,8 @@ Measure: XLA's temporary buffer size (``memory_analysis().temp_size_in_bytes``, 
 compiled causal forward of attnjax's ``reference`` kernel and of the compiled gradient of
 ``sum(attention(q, k, v)^2)`` w.r.t. q, k, v — the two programs ``attnjax bench attention``
 measures (``bench.measure``: batch 1, 4 heads, head_dim 32, float32) — at n = 1024, 2048,
-4096. Only compiled, not run: ``bench.measure`` would also time both programs (~60 s at
+4096. Only compiled (``attnjax.bench_memory.buffer_memory``: machine code unoptimised, the
+same buffers), not run: ``bench.measure`` would also time both programs (~60 s at
 n = 4096 here), and memory needs no run. Least-squares fit of a n^2 + b n to each memory
 series; the criterion is on a_grad / a_forward.
 
@@ -16,6 +17,7 @@ import jax
 import numpy as np
 
 from attnjax.audit import holds
+from attnjax.bench_memory import buffer_memory
 from attnjax.ops import dot_product_attention
 
 ID = "CX2"
@@ -31,8 +33,8 @@ def temp_mb(kernel: str, length: int) -> dict:
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True,
                                                    implementation=kernel)
     grad = jax.grad(lambda *a: (attend(*a) ** 2).sum(), argnums=(0, 1, 2))
-    return {label: jax.jit(fn).lower(x, x, x).compile().memory_analysis().temp_size_in_bytes
-            / 2**20 for label, fn in (("forward", attend), ("grad", grad))}
+    return {label: buffer_memory(jax.jit(fn).lower(x, x, x)).temp_size_in_bytes / 2**20
+            for label, fn in (("forward", attend), ("grad", grad))}
 
 
 def n2_coefficient(lengths, mb) -> float:

@@ -4,13 +4,13 @@ n^2 attention scores dominate training memory, not the parameters.
 Measure: the peak memory of one compiled S-wide training step (width 128, 4 layers, 8 heads of
 head_dim 16, attnjax's default reference kernel, float32;
 ``attnjax.bench_memory.train_step_memory``: arguments + outputs - donated + temporaries, from
-XLA's buffer assignment, compiled and not run) at (n, B) and (2n, B/2), same tokens per batch,
-``data.length`` = ``model.max_length``; and the parameters + optimizer state (AdamW: two
-moments) as a share of the larger peak. Regimes: n = 128 (B 32 -> 256, B 16) and n = 512
-(B 8 -> 1024, B 4).
+XLA's buffer assignment, compiled with unoptimised machine code and not run) at (n, B) and (2n,
+B/2), same tokens per batch, ``data.length`` = ``model.max_length``; and the parameters +
+optimizer state (AdamW: two moments) as a share of the larger peak. Regimes: n = 128 (B 32 ->
+256, B 16) and n = 512 (B 8 -> 1024, B 4).
 
-Four compilations of a 4-layer training step (nothing initialised or run): ~8 s each on an
-idle 2-core machine.
+Four compilations of a 4-layer training step (nothing initialised or run): ~8 s each on one
+core (2 s of tracing, 6 s of XLA).
 
     attnjax audit experiments/claims --workdir runs/claims --only CX3
 """
@@ -33,7 +33,7 @@ def step_memory(length: int, batch: int) -> dict:
     config = apply_overrides(get_config(), {
         **S_WIDE, "model.attention.num_heads": 8, "data.length": length,
         "model.max_length": length, "train.batch_size": batch})
-    row = train_step_memory(config)
+    row = train_step_memory(config, buffers_only=True)
     return {"peak_mb": row["peak_bytes"] / 2**20, "temp_mb": row["temp_bytes"] / 2**20,
             "state_mb": (row["parameter_bytes"] + row["optimizer_bytes"]) / 2**20}
 

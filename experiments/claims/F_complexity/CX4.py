@@ -13,10 +13,10 @@ reference's 3.8e-7).
 
 (b), (c) XLA's temporary memory of the compiled gradient of ``sum(attention^2)`` (the program
 of ``attnjax bench attention``: causal, batch 1, 4 heads, head_dim 32, float32; compiled only,
-not run) of the ``chunked`` kernel (default blocks of 512) and of the ``linear`` kernel at the
-ends of the range, n = 1024 and 8192: slope log(m_8192 / m_1024) / log 8 (each compilation costs
-2-3 s of CPU here, so the lengths between are left out; the slopes through 1024, 2048, 4096,
-8192 were 0.18 and 1.00 when tried).
+by ``attnjax.bench_memory.buffer_memory``, not run) of the ``chunked`` kernel (default blocks
+of 512) and of the ``linear`` kernel at the ends of the range, n = 1024 and 8192: slope
+log(m_8192 / m_1024) / log 8 (each compilation costs 2-3 s of CPU here, so the lengths between
+are left out; the slopes through 1024, 2048, 4096, 8192 were 0.18 and 1.00 when tried).
 
 (d) needs a block-skipping sliding-window kernel (M19), which attnjax does not have: the
 ``window`` option of the exact kernels masks blocks but still computes every one of them.
@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from attnjax.audit import holds, untestable
+from attnjax.bench_memory import buffer_memory
 from attnjax.ops import dot_product_attention
 from attnjax.parity import kernel_errors, parity_settings
 
@@ -49,7 +50,7 @@ def grad_temp_mb(kernel: str, length: int) -> float:
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True,
                                                    implementation=kernel)
     grad = jax.grad(lambda *a: (attend(*a) ** 2).sum(), argnums=(0, 1, 2))
-    return jax.jit(grad).lower(x, x, x).compile().memory_analysis().temp_size_in_bytes / 2**20
+    return buffer_memory(jax.jit(grad).lower(x, x, x)).temp_size_in_bytes / 2**20
 
 
 def measure() -> dict:
