@@ -11,6 +11,7 @@ import pytest
 from attnjax.audit import Verdict, load_claim, load_claims, over_regimes, over_seeds
 from attnjax.audit.runner import collect_runs, run_audit
 from attnjax.audit.settings import SEEDS
+from attnjax.audit.timing import blocked_medians, spread
 from attnjax.audit.verdict import WORDS
 from attnjax.sweep.launch import vmap_groups
 from helpers import REPO, TINY_TEXT
@@ -103,6 +104,17 @@ def test_over_seeds_and_regimes():
     assert "seeds disagree" in mixed.evidence
     with pytest.raises(ValueError, match="verdict word"):
         Verdict("maybe", "x")
+
+
+def test_blocked_timing_pools_every_call_and_shows_each_block():
+    calls = {"one": lambda: 1, "two": lambda: 2}
+    pooled, blocks = blocked_medians(calls, 3, repeats=4, most=4)
+    assert len(blocks) == 3 and all(set(b) == set(calls) for b in blocks)
+    for name in calls:     # the median of all calls lies within the blocks' medians
+        assert min(b[name] for b in blocks) <= pooled[name] <= max(b[name] for b in blocks)
+    assert spread([1.0, 1.2], 1.5) == "blocks x1.00, x1.20"
+    assert spread([1.4, 1.6], 1.5).endswith(
+        "x1.5 is inside their spread, the verdict moves with the machine's load")
 
 
 TINY_CLAIM = '''

@@ -35,3 +35,21 @@ def interleaved_times(calls: dict[str, Callable[[], object]], *, repeats: int = 
 def interleaved_medians(calls: dict[str, Callable[[], object]], **counts) -> dict[str, float]:
     """The median of each function's ``interleaved_times`` (same arguments)."""
     return {name: float(np.median(t)) for name, t in interleaved_times(calls, **counts).items()}
+
+
+def blocked_medians(calls: dict[str, Callable[[], object]], blocks: int,
+                    **counts) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """``interleaved_times`` of ``calls`` run ``blocks`` times in a row: each function's median
+    over all of them, and each block's medians (their spread shows the machine's noise)."""
+    runs = [interleaved_times(calls, **counts) for _ in range(blocks)]
+    pooled = {name: float(np.median(sum((run[name] for run in runs), []))) for name in calls}
+    return pooled, [{name: float(np.median(t)) for name, t in run.items()} for run in runs]
+
+
+def spread(ratios: list[float], limit: float) -> str:
+    """``blocks x1.02, x0.97, x1.15``: a measured ratio in each block of timing rounds, and
+    whether ``limit`` lies among them (then the verdict moves with the machine's load)."""
+    text = "blocks " + ", ".join(f"x{r:.2f}" for r in ratios)
+    if min(ratios) <= limit < max(ratios):
+        text += f": x{limit:g} is inside their spread, the verdict moves with the machine's load"
+    return text

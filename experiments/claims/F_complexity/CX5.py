@@ -34,7 +34,7 @@ import numpy as np
 from attnjax.analysis.figures import subplots
 from attnjax.audit import holds, over_regimes
 from attnjax.audit.settings import get_config
-from attnjax.audit.timing import interleaved_times
+from attnjax.audit.timing import interleaved_times, spread
 from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
 from attnjax.nn import DecoderLM
@@ -113,17 +113,10 @@ def verdict(r):
     growth = {layout: t["1024"] / t["16"] for layout, t in r["step_s"].items()}
     b = holds(all(g <= CONSTANT for g in growth.values()), "; ".join(
         f"cached step, {layout}: t=16 {t['16'] * 1e3:.3f} ms, t=1024 {t['1024'] * 1e3:.3f} ms "
-        f"(x{growth[layout]:.2f}, limit x{CONSTANT}; {_spread(r['step_block_growth'][layout])})"
+        f"(x{growth[layout]:.2f}, limit x{CONSTANT}; "
+        f"{spread(r['step_block_growth'][layout], CONSTANT)})"
         for layout, t in r["step_s"].items()))
     return {"a": a, "b": b}
-
-
-def _spread(blocks: list[float]) -> str:
-    """The growth in each block of rounds, and whether the limit lies among them."""
-    text = "blocks " + ", ".join(f"x{g:.2f}" for g in blocks)
-    inside = min(blocks) <= CONSTANT < max(blocks)
-    return text + (": the limit is inside their spread, the verdict moves with the machine's "
-                   "load" if inside else "")
 
 
 def plot(results, out_dir):
