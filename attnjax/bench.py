@@ -124,8 +124,10 @@ def model_flops_per_token(config) -> float:
         6 * heads * (m.head_dim + m.value_head_dim) * config.data.length + frozen)
 
 
-def train_throughput(config, steps: int = 50) -> dict:
-    """Tokens/s of the compiled training loop (after one warm-up dispatch)."""
+def train_loop(config):
+    """``(advance, steps_per_call)``: attnjax's compiled training loop of ``config``, compiled
+    and warmed up by one dispatch; ``advance(calls)`` runs ``calls`` more dispatches on the
+    state it keeps and returns their wall seconds."""
     from attnjax.data import load_dataset
     from attnjax.train import hyper
     from attnjax.train.parallel import Runner
@@ -133,17 +135,27 @@ def train_throughput(config, steps: int = 50) -> dict:
     runner = Runner(config, load_dataset(config.data))
     values = hyper.as_arrays([config], stacked=False)
     state = runner.place(init_state(config))
-    state, _ = runner.run(state, values)
-    jax.block_until_ready(state)
-    calls = max(steps // runner.steps_per_call, 1)
-    start = time.perf_counter()
-    for _ in range(calls):
-        state, metrics = runner.run(state, values)
-    jax.block_until_ready(metrics)
-    seconds = time.perf_counter() - start
-    tokens = calls * runner.steps_per_call * config.train.batch_size * config.data.length
+
+    def advance(calls: int) -> float:
+        nonlocal state
+        start = time.perf_counter()
+        for _ in range(calls):
+            state, metrics = runner.run(state, values)
+        jax.block_until_ready(metrics)
+        return time.perf_counter() - start
+
+    advance(1)
+    return advance, runner.steps_per_call
+
+
+def train_throughput(config, steps: int = 50) -> dict:
+    """Tokens/s of the compiled training loop (after one warm-up dispatch)."""
+    advance, steps_per_call = train_loop(config)
+    calls = max(steps // steps_per_call, 1)
+    seconds = advance(calls)
+    tokens = calls * steps_per_call * config.train.batch_size * config.data.length
     return {"tokens_per_s": tokens / seconds, "seconds": seconds,
-            "steps": calls * runner.steps_per_call}
+            "steps": calls * steps_per_call}
 
 
 def train_settings() -> dict:
@@ -177,14 +189,16 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
         per_token = model_flops_per_token(config)
         for per_dispatch in (1, 10):
             cfg = apply_overrides(config, {"train.steps_per_dispatch": per_dispatch})
-            peer = peer_comparison(cfg, steps, train_throughput) if per_dispatch > 1 else None
+            peer = peer_comparison(cfg, steps) if per_dispatch > 1 else None
             result = train_throughput(cfg, steps) if peer is None else peer
             peak = max(peak, matmul_peak_flops())  # a noisy machine: keep the best seen
             mfu = result["tokens_per_s"] * per_token / peak
             rows.append({"setting": name, "steps_per_dispatch": per_dispatch,
                          "flops_per_token": per_token, "peak_flops": peak, "mfu": mfu, **result})
-            versus = "" if peer is None else (f"  peer {peer['peer_tokens_per_s']:>9,.0f} "
-                                              f"tokens/s  peer_ratio {peer['peer_ratio']:.2f}x")
+            versus = "" if peer is None else (
+                f"  peer {peer['peer_tokens_per_s']:>9,.0f} tokens/s  peer_ratio "
+                f"{peer['peer_ratio']:.2f}x ({peer['peer_ratio_low']:.2f}-"
+                f"{peer['peer_ratio_high']:.2f} over {peer['rounds']} rounds)")
             print(f"{name:<32} steps/dispatch {per_dispatch:>2}: "
                   f"{result['tokens_per_s']:>9,.0f} tokens/s  MFU {mfu:6.1%}{versus}", flush=True)
     for row in rows:  # every ratio against the best peak of the whole run

@@ -86,27 +86,38 @@ def make_train(model: GPT, tx, corpus: jax.Array, batch_size: int, length: int,
     return jax.jit(train, donate_argnums=(0, 1))
 
 
-def throughput(corpus: np.ndarray, *, d_model: int, num_layers: int, num_heads: int,
-               length: int, batch_size: int, steps: int = 50, steps_per_dispatch: int = 10,
+def train_loop(corpus: np.ndarray, *, d_model: int, num_layers: int, num_heads: int,
+               length: int, batch_size: int, steps_per_dispatch: int = 10,
                total_steps: int = 1000, warmup: int = 100, learning_rate: float = 1e-3,
-               vocab_size: int = 256, seed: int = 0) -> dict:
-    """Tokens/s over ``steps`` steps of the peer's compiled training loop after one warm-up
-    dispatch (as ``attnjax.bench.train_throughput`` measures attnjax's), the learning-rate
+               vocab_size: int = 256, seed: int = 0):
+    """``advance(calls) -> (seconds, last loss)``: the peer's compiled training loop, compiled
+    and warmed up by one dispatch (as ``attnjax.bench.train_loop``), running ``calls`` more
+    dispatches of ``steps_per_dispatch`` steps on the state it keeps, the learning-rate
     schedule running over ``total_steps``."""
     model = GPT(vocab_size, d_model, num_layers, num_heads, length)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, length), jnp.int32))["params"]
     tx = make_optimizer(total_steps, warmup, learning_rate)
-    opt_state = tx.init(params)
     train = make_train(model, tx, jnp.asarray(corpus), batch_size, length, steps_per_dispatch)
-    key = jax.random.PRNGKey(seed + 1)
-    params, opt_state, key, losses = train(params, opt_state, key)
-    jax.block_until_ready(losses)
+    carry = (params, tx.init(params), jax.random.PRNGKey(seed + 1))
+
+    def advance(calls: int) -> tuple[float, float]:
+        nonlocal carry
+        start = time.perf_counter()
+        for _ in range(calls):
+            *carry, losses = train(*carry)
+        jax.block_until_ready(losses)
+        return time.perf_counter() - start, float(losses[-1])
+
+    advance(1)
+    return advance
+
+
+def throughput(corpus: np.ndarray, *, steps: int = 50, steps_per_dispatch: int = 10,
+               **shape) -> dict:
+    """Tokens/s over ``steps`` steps of ``train_loop`` (``shape``: its other arguments)."""
+    advance = train_loop(corpus, steps_per_dispatch=steps_per_dispatch, **shape)
     calls = max(steps // steps_per_dispatch, 1)
-    start = time.perf_counter()
-    for _ in range(calls):
-        params, opt_state, key, losses = train(params, opt_state, key)
-    jax.block_until_ready(losses)
-    seconds = time.perf_counter() - start
-    tokens = calls * steps_per_dispatch * batch_size * length
+    seconds, loss = advance(calls)
+    tokens = calls * steps_per_dispatch * shape["batch_size"] * shape["length"]
     return {"tokens_per_s": tokens / seconds, "seconds": seconds,
-            "steps": calls * steps_per_dispatch, "loss": float(losses[-1])}
+            "steps": calls * steps_per_dispatch, "loss": loss}

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnjax.bench import train_settings, train_throughput
-from attnjax.bench_peer import load_peer, peer_comparison
+from attnjax.bench import train_settings
+from attnjax.bench_peer import ROUNDS, load_peer, peer_comparison
 from attnjax.data.text import read_bytes
 from attnjax.train.state import init_params
 from helpers import TINY_TEXT, tiny_config
@@ -37,6 +37,6 @@ def test_peer_learns_and_the_comparison_reports_the_ratio():
     config = tiny_config(TINY_TEXT, **{"model.position.kind": "learned",
                                         "train.steps_per_dispatch": 10, "train.log_every": 10,
                                         "train.eval_every": 10, "train.checkpoint_every": 10})
-    row = peer_comparison(config, 20, train_throughput)
-    assert row["tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0
-    assert row["peer_ratio"] == pytest.approx(row["tokens_per_s"] / row["peer_tokens_per_s"])
+    row = peer_comparison(config, 20)
+    assert row["tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0 and row["rounds"] == ROUNDS
+    assert 0 < row["peer_ratio_low"] <= row["peer_ratio"] <= row["peer_ratio_high"]
