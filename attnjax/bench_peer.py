@@ -36,11 +36,10 @@ def load_peer():
 
 def peer_comparison(config, steps: int) -> dict | None:
     """``{"tokens_per_s", "peer_tokens_per_s", "peer_ratio", "peer_ratio_low",
-    "peer_ratio_high", "rounds"}``
-    for ``config`` (an attnjax config with learned positions and 10 steps per dispatch), or
-    None without the peer: both loops compiled once, then ``ROUNDS`` rounds that each time
-    ``steps / ROUNDS`` steps (at least one dispatch) of both, in alternating order; the ratio
-    is the median of the rounds'."""
+    "peer_ratio_high", "rounds"}`` for ``config`` (an attnjax config with learned positions and
+    10 steps per dispatch), or None without the peer: both loops compiled once, then ``ROUNDS``
+    rounds that each time ``steps / ROUNDS`` steps (at least one dispatch) of both, in
+    alternating order; the ratio is the median of the rounds'."""
     from attnjax.bench import train_loop
     from attnjax.data.text import read_bytes, split_bounds
     peer = load_peer()
