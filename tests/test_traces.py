@@ -83,3 +83,25 @@ def test_runs_of_one_structure_trace_once_and_another_structure_again(tmp_path, 
     for name in ("train", "eval", "diagnostics"):
         assert traces[name] == {2: 1, 4: 1}, (name, traces[name])
     assert parallel._program.cache_info().misses == 2
+
+
+def _lowered_step(config) -> str:
+    from attnjax.data import load_dataset
+    from attnjax.train.state import init_state
+    runner = parallel.Runner(config, load_dataset(config.data))
+    state = runner.abstract(jax.eval_shape(lambda: init_state(config)))
+    return runner.lower(state, hyper.as_arrays([config], stacked=False)).as_text()
+
+
+def test_a_zero_rate_is_structural_so_no_dropout_mask_is_drawn():
+    """A traced zero rate would still draw a Bernoulli mask of every activation at every step
+    (it measured 8% of a small model's step); a zero rate is no program argument, so the
+    program draws none, while a non-zero rate stays a value."""
+    zero = tiny_config(TINY_INDUCTION, **{"model.residual_dropout": 0.0})
+    on = tiny_config(TINY_INDUCTION, **{"model.residual_dropout": 0.1})
+    assert "model.residual_dropout" not in hyper.value_fields(zero)
+    assert "model.residual_dropout" in hyper.value_fields(on)
+    assert hyper.structure(zero).model.residual_dropout == 0.0
+    assert hyper.structure(on).model.residual_dropout == 0.5
+    assert "_bernoulli" not in _lowered_step(zero)
+    assert "_bernoulli" in _lowered_step(on)

@@ -93,7 +93,7 @@ class Dropout(NamedTuple):
 
 def rate_active(rate) -> bool:
     """True unless ``rate`` is a concrete zero. A traced rate (a hyperparameter vmapped over,
-    see ``attnjax.sweep.hyper``) counts as active: the computation cannot branch on it."""
+    see ``attnjax.train.hyper``) counts as active: the computation cannot branch on it."""
     return isinstance(rate, jax.core.Tracer) or rate > 0
 
 

@@ -9,7 +9,9 @@ traced arguments, so
 - and can train as one ``jax.vmap``-ed program, one lane per run (the vmap launcher).
 
 Inside the program the values are put back into the config as tracers (``inject``); the model
-and the optimizer read them from the config as usual and never branch on them.
+and the optimizer read them from the config as usual and never branch on them. A rate that is
+zero stays a concrete zero, not an argument: a traced zero would still draw a dropout mask of
+every activation at every step (the whole program compiles out instead).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import jax.numpy as jnp
 from attnjax.config import Config, apply_overrides
 from attnjax.registry import SCALES
 
-# dotted field -> dtype; a rate that is 0 in one run and not in another changes the structure
+# dotted field -> dtype; a rate (no canonical value) that is 0 in one run and not in another
+# changes the structure
 VALUES = {
     "seed": jnp.int32,
     "train.learning_rate": jnp.float32,
@@ -47,9 +50,10 @@ def _get(config, path: str):
 
 
 def value_fields(config: Config) -> tuple[str, ...]:
-    """The fields that are program arguments for this config. A scale policy that reads
+    """The fields that are program arguments for this config: every value but a rate that is
+    zero (structural, so dropout compiles out). A scale policy that reads
     ``scale_multiplier`` on the host (the learned scale's initial value) keeps it structural."""
-    fields = tuple(VALUES)
+    fields = tuple(f for f in VALUES if f in _CANONICAL or _get(config, f) > 0)
     if SCALES.get(config.model.attention.scale).host_multiplier:
         fields = tuple(f for f in fields if f != "model.attention.scale_multiplier")
     return fields
@@ -57,9 +61,8 @@ def value_fields(config: Config) -> tuple[str, ...]:
 
 def structure(config: Config) -> Config:
     """The config with every value set to a canonical one: equal structures compile to the
-    same program. Rates keep whether they are zero."""
-    canonical = {path: _CANONICAL[path] if path in _CANONICAL else
-                 0.5 if _get(config, path) > 0 else 0.0 for path in value_fields(config)}
+    same program. A rate keeps whether it is zero (a non-zero one becomes 0.5)."""
+    canonical = {path: _CANONICAL.get(path, 0.5) for path in value_fields(config)}
     return apply_overrides(config, canonical)
 
 
