@@ -13,6 +13,7 @@ setting ranged 0.70x to 1.16x on this host).
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 
 PEER = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_gpt.py"
 ROUNDS = 7
+WINDOW_S = 2.0      # each round times at least this long on each side (a short step is noisy)
 
 
 def load_peer():
@@ -34,12 +36,13 @@ def load_peer():
     return sys.modules[name]
 
 
-def peer_comparison(config, steps: int) -> dict | None:
+def peer_comparison(config, steps: int, window_s: float = WINDOW_S) -> dict | None:
     """``{"tokens_per_s", "peer_tokens_per_s", "peer_ratio", "peer_ratio_low",
     "peer_ratio_high", "rounds"}`` for ``config`` (an attnjax config with learned positions and
     10 steps per dispatch), or None without the peer: both loops compiled once, then ``ROUNDS``
-    rounds that each time ``steps / ROUNDS`` steps (at least one dispatch) of both, in
-    alternating order; the ratio is the median of the rounds'."""
+    rounds that each time ``steps / ROUNDS`` steps of both, and at least ``window_s`` seconds
+    (as one dispatch of attnjax's loop takes), in alternating order; the ratio is the median
+    of the rounds'."""
     from attnjax.bench import train_loop
     from attnjax.data.text import read_bytes, split_bounds
     peer = load_peer()
@@ -54,7 +57,7 @@ def peer_comparison(config, steps: int) -> dict | None:
                              batch_size=t.batch_size, steps_per_dispatch=t.steps_per_dispatch,
                              total_steps=t.steps, warmup=t.warmup_steps,
                              learning_rate=t.learning_rate)
-    calls = max(steps // (ROUNDS * steps_per_call), 1)
+    calls = max(steps // (ROUNDS * steps_per_call), math.ceil(window_s / ours(1)), 1)
     per_round = calls * steps_per_call * t.batch_size * config.data.length
     rates = {"ours": [], "theirs": []}
     for round_ in range(ROUNDS):
