@@ -168,7 +168,7 @@ class AttentionConfig(_Validated):
     num_kv_heads: int | None = _number(None, ge=1)   # None = num_heads (MHA); 1 = MQA; else GQA
     head_dim: int | None = _number(None, ge=1)       # None = d_model // num_heads
     kernel: str = _choice("reference", KERNELS)
-    block_q: int | None = _number(None, ge=1)       # chunked kernel blocks (None: its default)
+    block_q: int | None = _number(None, ge=1)       # chunked / triangular blocks (None: default)
     block_k: int | None = _number(None, ge=1)
     fused_qkv: bool = True
     use_bias: bool = False

@@ -269,3 +269,34 @@ def test_mask_value_is_finite_most_negative(dtype):
     assert value == float(jnp.finfo(dtype).min)
     # Representable in the dtype itself (does not round to -inf).
     assert bool(jnp.isfinite(jnp.asarray(value, dtype)))
+
+
+# ----------------------------------------------------------------------------- key ranges
+
+
+@pytest.mark.parametrize("spec, start, end, expected", [
+    (MaskSpec(is_causal=True), 4, 8, (0, 8)),
+    (MaskSpec(window=(2, 1)), 4, 8, (2, 9)),
+    (MaskSpec(is_causal=True, window=(3, 0)), 4, 8, (1, 8)),
+    (MaskSpec(window=(None, 2)), 12, 16, (0, 16)),
+    (MaskSpec(is_causal=True, q_positions=pos(4, 4)), 4, 8, (0, 16)),   # values: not known
+    (MaskSpec(), 4, 8, (0, 16)),
+])
+def test_key_range_by_hand(spec, start, end, expected):
+    assert spec.key_range(start, end, 16) == expected
+
+
+@pytest.mark.parametrize("window", [None, (0, 0), (2, 1), (3, None), (None, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_range_holds_every_visible_key(causal, window):
+    """Every key a query block may see lies in its range (so a kernel can drop the rest)."""
+    spec = MaskSpec(is_causal=causal, window=window)
+    T = 12
+    block = spec.block(0, T, 0, T)
+    visible = np.ones((T, T), bool) if block is None else np.asarray(block)[0, 0]
+    for start in range(0, T, 5):
+        end = min(start + 5, T)
+        lo, hi = spec.key_range(start, end, T)
+        outside = np.ones(T, bool)
+        outside[lo:hi] = False
+        assert not visible[start:end, outside].any(), (start, lo, hi)

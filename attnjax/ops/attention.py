@@ -165,9 +165,11 @@ def block_bias(bias: Bias, mask: MaskSpec, q_start, q_size: int, k_start,
     return dense.block(q_start, q_size, k_start, k_size)
 
 
-def _reference(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
-               return_weights):
-    """Reference kernel: materialise the logits, masked softmax, weighted sum (einsum).
+def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
+                 q_start: int = 0, k_start: int = 0):
+    """``(out, probs)`` of the queries ``query`` ``[B, tq, N, H]`` at ``q_start`` over the keys
+    ``key`` ``[B, tk, K, H]`` at ``k_start`` (masks, bias and dropout read absolute indices):
+    materialise the logits, masked softmax, weighted sum (einsum).
 
     Masked logits are selected to the finite fill, so ``exp(s - m)`` is exactly 0 for them in
     every row that sees a key; a row that sees none (its max is the fill) is zeroed at the
@@ -176,10 +178,10 @@ def _reference(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dr
     S = key.shape[1]
     key, value = expand_kv_heads(key, N), expand_kv_heads(value, N)
     s = scaled_logits(query, key, scale, logit_soft_cap)                   # [B,N,T,S]
-    b = block_bias(bias, mask, 0, T, 0, S)
+    b = block_bias(bias, mask, q_start, T, k_start, S)
     if b is not None:
         s = s + b
-    visible = mask.block(0, T, 0, S)
+    visible = mask.block(q_start, T, k_start, S)
     if visible is not None:
         s = jnp.where(visible, s, mask_value(s.dtype))
     m = s.max(axis=-1, keepdims=True)
@@ -194,17 +196,21 @@ def _reference(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dr
     dropped = probs
     if dropout is not None:
         keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None],
-                            jnp.arange(N)[:, None, None], jnp.arange(T)[:, None], jnp.arange(S))
+                            jnp.arange(N)[:, None, None], q_start + jnp.arange(T)[:, None],
+                            k_start + jnp.arange(S))
         dropped = jnp.where(keep, probs / (1.0 - dropout.rate), 0.0)
     out = jnp.einsum("bnqk,bknh->bqnh", dropped.astype(value.dtype), value,
                      preferred_element_type=probs.dtype)
     rows = visible_rows(visible)
     if rows is not None and sink is None:       # with a sink an empty row's p is already 0
         out, probs = out * jnp.moveaxis(rows, 1, 2), probs * rows
-    out = out.astype(query.dtype)
-    if return_weights:
-        return out, probs
-    return out
+    return out.astype(query.dtype), probs
+
+
+def _reference(query, key, value, *, return_weights, **options):
+    """Reference kernel: ``attend_block`` over the whole sequence."""
+    out, probs = attend_block(query, key, value, **options)
+    return (out, probs) if return_weights else out
 
 
 KERNELS.register("reference", KernelSpec(_reference, frozenset(OPTIONS)))
@@ -287,9 +293,10 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
         ``0.0`` gives "softmax plus one".
       dropout_rate, dropout_rng, dropout_shared_across_heads: dropout on the probabilities.
       return_weights: also return the probabilities ``[B, N, Tq, Tk]`` (float32, before dropout).
-      implementation: a registered kernel: ``reference``, ``chunked``, ``xla``, ``cudnn``,
-        ``linear`` (see ``attnjax.registry.KERNELS``).
-      **kernel_options: passed to the kernel (e.g. ``block_q``, ``block_k`` for ``chunked``).
+      implementation: a registered kernel: ``reference``, ``chunked``, ``triangular``,
+        ``xla``, ``cudnn``, ``linear`` (see ``attnjax.registry.KERNELS``).
+      **kernel_options: passed to the kernel (e.g. ``block_q``, ``block_k`` for ``chunked``,
+        ``block_q`` for ``triangular``).
 
     Returns:
       ``[B, Tq, N, D]`` in the query's dtype (and the weights if asked).

@@ -126,6 +126,21 @@ class MaskSpec(NamedTuple):
             return _take(jnp.atleast_2d(given), start, size, axis=1)
         return pos(self.q_positions, q_start, q_size), pos(self.kv_positions, k_start, k_size)
 
+    def key_range(self, q_start: int, q_end: int, k_len: int) -> tuple[int, int]:
+        """``(lo, hi)``: the keys ``lo <= k < hi`` that the queries ``q_start <= q < q_end``
+        may see at most, from the causal mask and the sliding window when positions are the
+        array index (given positions are values, not known when tracing: all ``k_len``)."""
+        lo, hi = 0, k_len
+        if self.q_positions is not None or self.kv_positions is not None:
+            return lo, hi
+        if self.is_causal:
+            hi = min(hi, q_end)
+        if self.window is not None:
+            left, right = self.window
+            lo = lo if left is None else max(lo, q_start - left)
+            hi = hi if right is None else min(hi, q_end + right)
+        return lo, max(lo, hi)
+
     def block(self, q_start, q_size: int, k_start, k_size: int) -> jax.Array | None:
         """The mask of one block, bool ``[B|1, N|1, q_size, k_size]``, or ``None`` if nothing
         is masked. ``q_start``/``k_start`` may be traced; sizes are static."""
