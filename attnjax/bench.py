@@ -161,10 +161,12 @@ def train_throughput(config, steps: int = 50) -> dict:
 def train_settings() -> dict:
     """The settings of the training benchmark: (a) width 256, 4 layers, 8 heads, sequence 256,
     batch 16; (b) the nanoGPT CPU setting (REFERENCES.md); (c) (b)'s model at sequence 1024,
-    batch 4. Learned absolute positions, as the plain Flax peer has (``attnjax.bench_peer``)."""
+    batch 4. Learned absolute positions, as the plain Flax peer has (``attnjax.bench_peer``),
+    and the ``triangular`` kernel, attnjax's fastest exact one for causal training (the
+    default ``reference`` kernel computes the masked half of the scores as the peer does)."""
     from attnjax.config import Config, apply_overrides
     common = {"data.task": "text", "model.vocab_size": 256, "model.num_layers": 4,
-              "model.position.kind": "learned"}
+              "model.position.kind": "learned", "model.attention.kernel": "triangular"}
     a = {**common, "model.d_model": 256, "model.attention.num_heads": 8, "model.max_length": 256,
          "data.length": 256, "train.batch_size": 16}
     b = {**common, "model.d_model": 128, "model.attention.num_heads": 4, "model.max_length": 64,
@@ -193,7 +195,8 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
             result = train_throughput(cfg, steps) if peer is None else peer
             peak = max(peak, matmul_peak_flops())  # a noisy machine: keep the best seen
             mfu = result["tokens_per_s"] * per_token / peak
-            rows.append({"setting": name, "steps_per_dispatch": per_dispatch,
+            rows.append({"setting": name, "kernel": cfg.model.attention.kernel,
+                         "steps_per_dispatch": per_dispatch,
                          "flops_per_token": per_token, "peak_flops": peak, "mfu": mfu, **result})
             versus = "" if peer is None else (
                 f"  peer {peer['peer_tokens_per_s']:>9,.0f} tokens/s  peer_ratio "

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 PEER = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_gpt.py"
-ROUNDS = 7
+ROUNDS = 9
 WINDOW_S = 2.0      # each round times at least this long on each side (a short step is noisy)
 
 

@@ -56,7 +56,8 @@ SECTIONS = {
               "same run, and at 10 steps per dispatch the plain Flax peer's (benchmarks/"
               "peer_gpt.py) tokens per second: `peer_ratio` = attnjax / peer, the median of "
               "alternating rounds that time both (lowest and highest round beside it).",
-              [("setting", "setting"), ("steps per dispatch", "steps_per_dispatch"),
+              [("setting", "setting"), ("kernel", "kernel"),
+               ("steps per dispatch", "steps_per_dispatch"),
                ("tokens/s", "tokens_per_s"), ("MFU", "mfu"), ("peer tokens/s",
                                                               "peer_tokens_per_s"),
                ("peer_ratio", "peer_ratio"), ("lowest round", "peer_ratio_low"),

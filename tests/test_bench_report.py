@@ -22,8 +22,10 @@ def test_performance_page_from_results(tmp_path):
                  for n in (1024, 4096) for k, f in (("reference", 1.0), ("chunked", 0.5))]
     (results / "attention.json").write_text(json.dumps({"machine": "Test CPU, 2 cores",
                                                         "rows": attention}))
-    train = [{"setting": "b", "steps_per_dispatch": 1, "tokens_per_s": 9000.0, "mfu": 0.1},
-             {"setting": "b", "steps_per_dispatch": 10, "tokens_per_s": 12000.0, "mfu": 0.12,
+    train = [{"setting": "b", "kernel": "triangular", "steps_per_dispatch": 1,
+              "tokens_per_s": 9000.0, "mfu": 0.1},
+             {"setting": "b", "kernel": "triangular", "steps_per_dispatch": 10,
+              "tokens_per_s": 12000.0, "mfu": 0.12,
               "peer_tokens_per_s": 10000.0, "peer_ratio": 1.2}]
     (results / "train.json").write_text(json.dumps({"rows": train}))
     out = tmp_path / "docs" / "PERFORMANCE.md"
@@ -32,7 +34,7 @@ def test_performance_page_from_results(tmp_path):
     assert "Measured on Test CPU, 2 cores." in page
     assert "Measured on a machine not recorded." in page              # train.json lacks it
     assert "| chunked | 4,096 | 20 | 60 | 32 | 0.5 | 0.5 |" in page
-    assert "| b | 10 | 12,000 | 0.12 | 10,000 | 1.2 |" in page
+    assert "| b | triangular | 10 | 12,000 | 0.12 | 10,000 | 1.2 |" in page
     assert "## Sweep launchers" not in page                              # no sweep.json
     for name in ("attention", "train"):
         png = out.parent / "performance" / f"{name}.png"
