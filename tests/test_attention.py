@@ -821,13 +821,13 @@ def test_triangular_computes_only_the_blocks_a_causal_mask_shows():
     """Compiled FLOPs of causal attention at length 64: 4 query blocks of 16 see 16, 32, 48
     and 64 keys, (4 + 1) / (2 * 4) = 62.5% of the reference kernel's logits and weighted
     sums; with a sliding window of 8 the blocks see 16, 24, 24 and 24 keys (34%). The rest
-    (the output's concatenation, head_dim 32) adds about 1.5%."""
+    (the output's concatenation, the masks; head_dim 32) adds 1.5 to 2 points."""
     q, k, v = (jax.random.normal(key, (1, 64, 2, 32)) for key in jax.random.split(
         jax.random.key(0), 3))
     flops = lambda name, **kw: jax.jit(lambda q, k, v: dot_product_attention(
         q, k, v, implementation=name, **kw)).lower(q, k, v).compile().cost_analysis()["flops"]
     causal = flops("triangular", is_causal=True, block_q=16) / flops("reference", is_causal=True)
-    assert 0.62 < causal < 0.66, causal
     window = dict(is_causal=True, local_window_size=(8, 0))
     windowed = flops("triangular", block_q=16, **window) / flops("reference", **window)
-    assert 0.34 < windowed < 0.38, windowed
+    np.testing.assert_allclose([causal, windowed], [0.625, 0.344], rtol=0.08)
+

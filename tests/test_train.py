@@ -363,7 +363,7 @@ def test_evaluation_in_train_mode_applies_dropout_deterministically():
 
 def test_eval_kernel_evaluates_the_same_function_with_another_kernel():
     """``train.eval_kernel=chunked`` gives the reference kernel's losses at the training length
-    and past it (at 1024: two blocks of 512, the one above the diagonal skipped); a kernel that
+    and past it (at 1024: four blocks of 256, the six above the diagonal skipped); a kernel that
     is not exact, or cannot evaluate the model, is refused naming the field."""
     config = tiny(**{"data.eval_lengths": [1024], "model.max_length": 1024,
                      "train.eval_batches": 1})

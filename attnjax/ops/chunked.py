@@ -16,7 +16,9 @@ query block may see (under a causal mask, every block above the diagonal: about 
 at long lengths; outside a sliding window, nearly all) is skipped by ``lax.cond``, forward
 and backward: for it ``m`` and ``l`` would not change and ``acc`` would gain nothing.
 Results equal the ``reference`` kernel to float32 rounding, including dropout (the keep mask
-is a hash of absolute indices).
+is a hash of absolute indices). Blocks of 256 by default: on 2 CPU cores the gradient at
+length 1024 (batch 4, 4 heads of 32) took 129 ms and 31 MB against 167 ms and 78 MB with
+blocks of 512, and at 4096 1.87 s and 67 MB against 1.77 s and 114 MB.
 
 References: Rabe & Staats 2021, "Self-attention Does Not Need O(n^2) Memory";
 Milakov & Gimelshein 2018, "Online normalizer calculation for softmax".
@@ -42,7 +44,7 @@ def _split_blocks(x: jax.Array, block: int) -> jax.Array:
 
 
 def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
-                      return_weights, block_q: int = 512, block_k: int = 512):
+                      return_weights, block_q: int = 256, block_k: int = 256):
     """Chunked kernel with the signature shared by all registered kernels (see attention.py)."""
     del return_weights  # not supported: refused by the front door (it would cost n x n memory)
     B, T, N, H = query.shape

@@ -13,10 +13,11 @@ reference's 3.8e-7).
 
 (b), (c) XLA's temporary memory of the compiled gradient of ``sum(attention^2)`` (the program
 of ``attnjax bench attention``: causal, batch 1, 4 heads, head_dim 32, float32; compiled only,
-by ``attnjax.bench_memory.buffer_memory``, not run) of the ``chunked`` kernel (default blocks
-of 512) and of the ``linear`` kernel at the ends of the range, n = 1024 and 8192: slope
-log(m_8192 / m_1024) / log 8 (each compilation costs 2-3 s of CPU here, so the lengths between
-are left out; the slopes through 1024, 2048, 4096, 8192 were 0.18 and 1.00 when tried).
+by ``attnjax.bench_memory.buffer_memory``, not run) of the ``chunked`` kernel (blocks of
+512, its default when this was published; ``BLOCKS``) and of the ``linear`` kernel at the
+ends of the range, n = 1024 and 8192: slope log(m_8192 / m_1024) / log 8 (each compilation
+costs 2-3 s of CPU here, so the lengths between are left out; the slopes through 1024, 2048,
+4096, 8192 were 0.18 and 1.00 when tried).
 
 (d) needs a block-skipping sliding-window kernel (M19), which attnjax does not have: the
 ``window`` option of the exact kernels masks blocks but still computes every one of them.
@@ -42,13 +43,14 @@ CRITERION = ("(a) error <= 2x reference's and <= 1e-5; (b), (c) gradient-memory 
              "(d) time slope <= 1.3")
 LENGTHS, HEADS, HEAD_DIM = (1024, 8192), 4, 32
 KERNELS = {"b": "chunked", "c": "linear"}
+BLOCKS = {"chunked": {"block_q": 512, "block_k": 512}, "linear": {}}
 
 
 def grad_temp_mb(kernel: str, length: int) -> float:
     """Temporary MB of the compiled gradient of ``bench.measure``'s program (not run)."""
     x = jax.ShapeDtypeStruct((1, length, HEADS, HEAD_DIM), np.float32)
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True,
-                                                   implementation=kernel)
+                                                   implementation=kernel, **BLOCKS[kernel])
     grad = jax.grad(lambda *a: (attend(*a) ** 2).sum(), argnums=(0, 1, 2))
     return buffer_memory(jax.jit(grad).lower(x, x, x)).temp_size_in_bytes / 2**20
 
