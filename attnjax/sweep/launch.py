@@ -198,9 +198,11 @@ def _ray(sweep: _Sweep, runs: list[Run], jobs, progress, *, address: str | None 
 
 def choose_launcher(runs: int, cores: int, backend: str) -> tuple[str, str]:
     """The launcher ``auto`` picks for ``runs`` runs, and why. The rule, from ``attnjax bench
-    sweep`` (8 seeds of experiments/baseline.py, 200 steps, 2-core CPU: ``processes`` 1.26x
-    ``sequential``, ``vmap-processes`` 1.06x, ``vmap`` 0.83x, ``ray`` 0.88x; two single-core
-    processes train 1.6x the tokens/s of one process on both cores):
+    sweep`` (8 seeds of experiments/baseline.py, 300 steps, 2-core AMD EPYC, 2026-12-02:
+    ``processes`` 1.07x ``sequential`` and ``auto`` 1.11x, ``vmap-processes`` 0.98x, ``vmap``
+    0.92x, ``ray`` 0.82x; at 200 steps on an earlier host ``processes`` was 1.26x. One run's
+    300 steps took 12.6 s on both cores and 21.0 s on one, so two single-core workers can be
+    at most 1.2x one process on both cores here):
 
     - a single run, or a single core: ``sequential``, every core for the run;
     - a CPU with several cores: ``processes``, one single-core worker per core (up to one per
