@@ -73,6 +73,13 @@ SECTIONS = {
                "(`memory.json`: the default config; `memory-<name>.json`: the other configs "
                "`make bench` measures, e.g. a whole step at length 8192 with each kernel).",
                None),
+    "eval": ("Evaluation passes", "Forward tokens per second of the evaluation program against "
+             "the tokens each forward pass holds, over the same validation sequences; `chosen`: "
+             "the size `train.loop.eval_chunk_rows` picks for the config's evaluation batch "
+             "(`eval.json`: experiments/baseline.py; `eval-<name>.json`: a wider model).",
+             [("tokens per pass", "tokens_per_pass"), ("rows", "rows"),
+              ("tokens/s", "tokens_per_s"), ("vs fastest", "vs_fastest"),
+              ("chosen", "chosen")]),
     "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
                  "prefix, and of a whole compiled generation against a Python loop.", None),
 }

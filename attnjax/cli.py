@@ -195,7 +195,7 @@ def _compare(args) -> int:
 
 
 def _bench_config(overrides: list[str]):
-    """The config of ``bench memory|generate``: an experiment file's, or the default
+    """The config of ``bench memory|generate|eval``: an experiment file's, or the default
     ``Config()``, with KEY=VALUE overrides."""
     from attnjax.config import Config, apply_overrides
     from attnjax.experiment import experiment_config
@@ -221,6 +221,10 @@ def _bench(args) -> int:
         run_generate_benchmark(_bench_config(args.overrides), args.lengths or (128, 256, 512, 1024),
                                args.fills, batch=args.batch, out=args.out)
         return 0
+    if args.what == "eval":
+        from attnjax.bench_eval import run_eval_benchmark
+        run_eval_benchmark(_bench_config(args.overrides), out=args.out)
+        return 0
     if args.what == "startup":
         from attnjax.bench_startup import run_startup_benchmark
         experiment = next((o for o in args.overrides if o.endswith(".py")),
@@ -236,7 +240,7 @@ def _bench(args) -> int:
         return 0
     if args.overrides:
         raise ValueError(f"bench {args.what} takes no config ({' '.join(args.overrides)}); "
-                         "bench memory and bench generate do, bench sweep an EXPERIMENT.py")
+                         "bench memory, generate and eval do, bench sweep an EXPERIMENT.py")
     if args.what == "train":
         bench.run_train_benchmark(steps=args.steps or 50, out=args.out)
     else:
@@ -561,15 +565,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tokens/s and model-FLOPs utilisation), sweep (wall time of one sweep "
                     "with each launcher), memory (compiled memory of a config's training step, "
                     "not run), generate (a cached decoding step at several cache fills, full "
-                    "forwards without a cache, and whole generations), startup (the phases of "
-                    "one run trained twice in new processes sharing a compilation cache) or "
+                    "forwards without a cache, and whole generations), eval (forward tokens/s of "
+                    "an evaluation against tokens per pass), startup (the phases of one run "
+                    "trained twice in new processes sharing a compilation cache) or "
                     "report (docs/PERFORMANCE.md from benchmarks/results/*.json).")
     bench.add_argument("what", choices=["attention", "train", "sweep", "memory", "generate",
-                                        "startup", "report"],
+                                        "eval", "startup", "report"],
                        metavar="WHAT", help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
                        help="sweep, startup: the experiment (EXPERIMENT.py; startup also "
-                       "takes KEY=VALUE overrides); memory, generate: the model and training "
+                       "takes KEY=VALUE overrides); memory, generate, eval: the model and training "
                        "config, an experiment "
                        "file EXPERIMENT.py and/or KEY=VALUE overrides (default: the default "
                        "config, a width-128, 4-layer byte-level model)")

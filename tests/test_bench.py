@@ -1,7 +1,8 @@
 """The benchmarks run and write what they measured (no timing assertions: speed is measured by
 ``attnjax bench``, not asserted): the kernel benchmark with the requested dtype; the compiled
 memory of a training step (parameter bytes by hand, temporaries growing with length and batch,
-smaller with the chunked kernel); generation with and without the cache (the cached step's
+smaller with the chunked kernel); the evaluation at each number of tokens per forward pass;
+generation with and without the cache (the cached step's
 logits equal the full forward's)."""
 
 import json
@@ -16,6 +17,7 @@ from attnjax.bench_memory import train_step_memory
 from attnjax.bench_startup import run_startup_benchmark
 from attnjax.generate import decode_step, empty_cache
 from attnjax.nn import DecoderLM
+from attnjax.train import loop
 from attnjax.train.loop import PHASES
 from attnjax.train.state import init_params
 from helpers import TINY_INDUCTION, run_cli, tiny_config
@@ -95,6 +97,21 @@ def test_memory_command_prints_and_writes_the_row(tmp_path, capsys):
     assert written["temp_bytes"] > 0 and written["length"] == 128 and "peak" in printed
     code, _, err = run_cli(capsys, "bench", "attention", "model.d_model=8")
     assert code == 2 and "bench attention takes no config" in err
+
+
+def test_eval_pass_benchmark_times_the_evaluation_program_at_each_size(tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    overrides = {**TINY_INDUCTION, "train.eval_batch_size": 64}
+    code, printed, err = run_cli(capsys, "bench", "eval", *[f"{k}={v}" for k, v in
+                                                            overrides.items()], "--out", str(out))
+    assert code == 0, err[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    length = overrides["data.length"]
+    assert [r["rows"] for r in rows] == [16, 32, 64, 128, 256]      # 256 to 8192 tokens, of 256
+    assert all(r["tokens_per_pass"] == r["rows"] * length and r["tokens_per_s"] > 0
+               for r in rows)
+    assert [r["rows"] for r in rows if r["chosen"]] == [loop.eval_chunk_rows(64, length)] == [64]
+    assert max(r["vs_fastest"] for r in rows) == 1.0 and "tokens/pass" in printed
 
 
 # ---------------------------------------------------------------- generation timing

@@ -19,13 +19,14 @@ import pytest
 
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset, load_dataset
+from attnjax.nn import DecoderLM
 from attnjax.rundir import RunDir
 from attnjax.train import Checkpoints, hyper, loop, train
 from attnjax.train.parallel import Runner
 from attnjax.train.loop import evaluate
 from attnjax.train.state import init_params, init_state
 from attnjax.train.step import make_train_step
-from helpers import TINY_MQAR, deterministic, run_cli, subprocess_env, tiny_config
+from helpers import TINY_MQAR, TINY_TEXT, deterministic, run_cli, subprocess_env, tiny_config
 
 # 200 steps, a checkpoint every 50: long enough to be killed between two checkpoints
 TINY = {**TINY_MQAR, "train.steps": 200, "train.eval_every": 50, "train.checkpoint_every": 50}
@@ -359,6 +360,48 @@ def test_evaluation_in_train_mode_applies_dropout_deterministically():
     assert plain == evaluate(config, params, dataset)
     length = config.data.length
     assert abs(noisy[length]["loss"] - plain[length]["loss"]) > 1e-4      # dropout acted
+
+
+@pytest.mark.parametrize("batch_size, length, rows", [
+    (64, 64, 16), (64, 1024, 1), (64, 4096, 1), (12, 100, 6), (7, 64, 7), (32, 32, 32)])
+def test_eval_chunk_rows_by_hand(batch_size, length, rows):
+    """The largest divisor of the batch within 1024 tokens, one row at least."""
+    assert loop.eval_chunk_rows(batch_size, length) == rows
+
+
+def test_evaluation_in_chunks_equals_each_batch_scored_alone(monkeypatch):
+    """Cut into forward passes of 2 sequences (batches of 4, 3 of them, two lengths), the
+    evaluation equals a float64 NumPy scoring of each whole batch's logits, summed over
+    batches; and a vmapped group of runs gives each run's own result."""
+    monkeypatch.setattr(loop, "EVAL_CHUNK_TOKENS", 64)            # 2 rows of 32 per pass
+    config = tiny_config(TINY_TEXT, **{"model.max_length": 32, "data.length": 32,
+                                       "train.eval_batches": 3, "data.eval_lengths": (16,)})
+    assert loop.eval_chunk_rows(4, 32) == 2
+    params, dataset = init_params(config), Dataset(config.data)
+    forward = jax.jit(lambda tokens: DecoderLM(config.model).apply({"params": params}, tokens)[0])
+    results = evaluate(config, params, dataset)
+    for length in (32, 16):
+        ce = correct = weight = 0.0
+        for i in range(3):
+            batch = jax.tree_util.tree_map(np.asarray, dataset.batch(config.seed, i, 4, length,
+                                                                     "val"))
+            logits = np.asarray(forward(batch["inputs"]), np.float64)
+            top = logits.max(-1)
+            logz = np.log(np.exp(logits - top[..., None]).sum(-1)) + top
+            target = np.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+            ce += ((logz - target) * batch["weights"]).sum()
+            correct += ((logits.argmax(-1) == batch["targets"]) * batch["weights"]).sum()
+            weight += batch["weights"].sum()
+        np.testing.assert_allclose(results[length]["loss"], ce / weight, rtol=1e-6)
+        assert results[length]["accuracy"] == correct / weight
+    other = apply_overrides(config, {"train.learning_rate": 3e-3})   # same structure
+    grouped = loop._evaluate_group([config, other], loop._stack([params, params]), dataset,
+                                   None, group=2)
+    assert grouped[0] == grouped[1]
+    for length in (32, 16):
+        np.testing.assert_allclose(grouped[0][length]["loss"], results[length]["loss"],
+                                   rtol=1e-6)
+        assert grouped[0][length]["accuracy"] == results[length]["accuracy"]
 
 
 def test_eval_kernel_evaluates_the_same_function_with_another_kernel():

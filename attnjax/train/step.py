@@ -137,8 +137,9 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
 
 def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
     """``eval_step(params, batch, index) -> sums`` (see ``token_sums``): deterministic, or with
-    ``train_mode`` with dropout on as in training (masks a function of the run's seed and the
-    batch ``index``, independent of the training masks)."""
+    ``train_mode`` with dropout on as in training (masks a function of the run's seed and
+    ``index``, the forward pass's number in the evaluation, independent of the training
+    masks)."""
     model = DecoderLM(config.model)
 
     def eval_step(params, batch, index):
