@@ -10,13 +10,11 @@ no longer stay in cache), which is why the rule caps a pass at ``EVAL_CHUNK_TOKE
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.bench import write_json
+from attnjax.bench import median_seconds, write_json
 from attnjax.config import Config
 from attnjax.data import load_dataset
 from attnjax.train import hyper, loop
@@ -26,7 +24,7 @@ from attnjax.train.state import init_state
 def eval_throughput(config: Config, tokens_per_pass=(256, 512, 1024, 2048, 4096, 8192),
                     sequences: int = 256, repeats: int = 3) -> list[dict]:
     """One row per pass size: ``tokens_per_pass``, ``rows`` (sequences per pass), forward
-    ``tokens_per_s`` (best of ``repeats`` over ``sequences`` validation sequences) and
+    ``tokens_per_s`` (median of ``repeats`` over ``sequences`` validation sequences) and
     ``chosen`` (the size the rule picks for ``train.eval_batch_size``)."""
     length = config.data.length
     dataset, params = load_dataset(config.data), init_state(config).params
@@ -41,14 +39,9 @@ def eval_throughput(config: Config, tokens_per_pass=(256, 512, 1024, 2048, 4096,
             continue
         chunks = jax.tree_util.tree_map(
             lambda x, r=rows_per_pass: jnp.asarray(x.reshape(-1, r, *x.shape[1:])), batch)
-        jax.block_until_ready(step(values, params, chunks))      # compile
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(step(values, params, chunks))
-            best = min(best, time.perf_counter() - start)
+        seconds = median_seconds(step, values, params, chunks, repeats=repeats)
         rows.append({"tokens_per_pass": rows_per_pass * length, "rows": rows_per_pass,
-                     "tokens_per_s": sequences * length / best,
+                     "tokens_per_s": sequences * length / seconds,
                      "chosen": rows_per_pass == chosen})
     return rows
 
@@ -67,7 +60,7 @@ def run_eval_benchmark(config: Config, out: str | None = None) -> list[dict]:
     for r in rows:
         print(f"{r['tokens_per_pass']:>12} {r['rows']:>5} {r['tokens_per_s']:>10,.0f} "
               f"{r['vs_fastest']:>10.2f}x  {'*' if r['chosen'] else ''}")
-    m_dict = {"d_model": m.d_model, "num_layers": m.num_layers,
-              "num_heads": m.attention.num_heads, "length": config.data.length}
-    write_json(out, {"model": m_dict, "rows": rows, "backend": jax.default_backend()})
+    shape = {"d_model": m.d_model, "num_layers": m.num_layers,
+             "num_heads": m.attention.num_heads, "length": config.data.length}
+    write_json(out, {"model": shape, "rows": rows, "backend": jax.default_backend()})
     return rows

@@ -372,7 +372,12 @@ def test_eval_chunk_rows_by_hand(batch_size, length, rows):
 def test_evaluation_in_chunks_equals_each_batch_scored_alone(monkeypatch):
     """Cut into forward passes of 2 sequences (batches of 4, 3 of them, two lengths), the
     evaluation equals a float64 NumPy scoring of each whole batch's logits, summed over
-    batches; and a vmapped group of runs gives each run's own result."""
+    batches; and a vmapped group of runs gives each run's own result. The losses agree to
+    float32 rounding (rtol 1e-6): the program takes each token's logsumexp in float32 (about
+    2^-24 = 6e-8 relative) and adds a pass's 64 losses in float32 by a reduction tree (about
+    log2(64) * 2^-24 = 4e-7), where the reference works in float64 from the same logits; the
+    group's vmapped matmuls may round the logits differently, by the same order. Correct
+    counts are integers, so accuracies are exact."""
     monkeypatch.setattr(loop, "EVAL_CHUNK_TOKENS", 64)            # 2 rows of 32 per pass
     config = tiny_config(TINY_TEXT, **{"model.max_length": 32, "data.length": 32,
                                        "train.eval_batches": 3, "data.eval_lengths": (16,)})
