@@ -111,6 +111,7 @@ def test_steps_per_dispatch_gives_the_same_losses():
 
 
 DEVICE_SCRIPT = """
+import re
 import jax, numpy as np
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset, load_dataset
@@ -119,9 +120,9 @@ from attnjax.train.parallel import Runner
 from attnjax.train.loop import evaluate
 from attnjax.train.state import init_params, init_state
 TINY = {tiny!r}
-def losses(parallel, devices):
+def losses(parallel, devices, **overrides):
     config = apply_overrides(Config(), {{**TINY, "train.parallel": parallel,
-                                         "train.steps_per_dispatch": 5}})
+                                         "train.steps_per_dispatch": 5, **overrides}})
     runner = Runner(config, Dataset(config.data), devices)
     state, out = runner.place(init_state(config)), []
     for _ in range(3):
@@ -142,6 +143,18 @@ for parallel in ("mesh", "pmap"):
     norm = sum(float((np.asarray(b) ** 2).sum()) for b in jax.tree_util.tree_leaves(p1))
     assert (diff / norm) ** 0.5 < 1e-5, (diff / norm) ** 0.5
     print(parallel, "OK", many[:3])
+# 2 micro-batches on 2 devices: the same losses, and each micro-batch stays spread over both
+# devices (the program's only collective is the gradient all-reduce, no all-gather of data)
+accum, _ = losses("mesh", jax.devices()[:2], **{{"train.grad_accum": 2}})
+np.testing.assert_allclose(accum, one, rtol=2e-6)
+config = apply_overrides(Config(), {{**TINY, "train.grad_accum": 2}})
+runner = Runner(config, Dataset(config.data), jax.devices()[:2])
+hlo = runner.lower(runner.place(init_state(config)),
+                   hyper.as_arrays([config], stacked=False)).compile().as_text()
+collectives = re.findall(r" (all-gather|all-to-all|all-reduce|collective-permute|"
+                         r"reduce-scatter)(?:-start)?\\(", hlo)
+assert set(collectives) == {{"all-reduce"}}, collectives
+print("accum OK")
 # two seeds as one vmapped program, data sharded over the 4 devices: seed 0 equals its solo run
 configs = [apply_overrides(Config(), {{**TINY, "train.steps_per_dispatch": 5, "seed": s}})
            for s in (0, 1)]
@@ -164,7 +177,7 @@ def test_four_devices_mesh_and_pmap_match_one_device():
     result = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT.format(tiny=TINY)], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "mesh OK" in result.stdout and "pmap OK" in result.stdout and "vmap OK" in result.stdout
+    assert all(f"{name} OK" in result.stdout for name in ("mesh", "pmap", "accum", "vmap"))
 
 
 # ---------------------------------------------------------------- resume through the CLI

@@ -62,7 +62,13 @@ def token_sums(logits: jax.Array, batch: dict) -> dict:
 
 
 def _split_micro(batch: dict, parts: int) -> dict:
-    return jax.tree_util.tree_map(lambda x: x.reshape(parts, -1, *x.shape[1:]), batch)
+    """``[parts, rows / parts, ...]``: micro-batch ``i`` holds rows ``i, i + parts, ...``, so a
+    batch sharded over devices in contiguous blocks (the mesh's ``data`` axis) leaves every
+    micro-batch spread over all of them. Contiguous micro-batches would each sit on one
+    device: the compiler all-gathered the whole batch and every device computed every
+    micro-batch, losing the data parallelism (2 devices, ``grad_accum=2``)."""
+    return jax.tree_util.tree_map(
+        lambda x: x.reshape(-1, parts, *x.shape[1:]).swapaxes(0, 1), batch)
 
 
 def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
