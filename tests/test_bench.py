@@ -131,7 +131,7 @@ def test_generation_benchmark_rows(tmp_path, capsys):
     config = tiny_config(TINY_INDUCTION)
     out = tmp_path / "generate.json"
     rows = run_generate_benchmark(config, lengths=[8], fills=[4, 8], repeats=1,
-                                  loops=[(2, 3, 5)], out=str(out))
+                                  loops=[(2, 3, 5, 12)], out=str(out))
     assert json.loads(out.read_text())["rows"] == rows
     forward = [r for r in rows if r["kind"] == "forward"]
     cached = [r for r in rows if r["kind"] == "cached"]
@@ -144,7 +144,7 @@ def test_generation_benchmark_rows(tmp_path, capsys):
     assert all(set(r) == {"kind", "layout", "max_length", "t", "batch", "step_s"}
                and r["step_s"] > 0 for r in cached)
     [loop] = [r for r in rows if r["kind"] == "loop"]      # both loops chose the same tokens
-    assert (loop["batch"], loop["prompt"], loop["tokens"]) == (2, 3, 5)
+    assert (loop["batch"], loop["prompt"], loop["tokens"], loop["max_length"]) == (2, 3, 5, 12)
     assert loop["speedup"] == loop["python_per_token_s"] / loop["compiled_per_token_s"] > 0
     text = capsys.readouterr().out
     assert "cached step of token t" in text and "whole greedy generation" in text

