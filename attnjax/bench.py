@@ -104,12 +104,13 @@ def matmul_peak_flops(sizes=(512, 1024, 2048), repeats: int = 20) -> float:
     return peak
 
 
-def model_flops_per_token(config) -> float:
+def model_flops_per_token(config, context: int | None = None) -> float:
     """Training FLOPs per token: ``6 N + 6 L h (d_k + d_v) T`` (PaLM, appendix B: ``12 L d T``
     when ``h d_k = h d_v = d``), with N the parameters of every matmul including the (tied)
     output projection (not the position encoding's lookup tables), L layers, h heads of key
-    width d_k and value width d_v, T context; plus ``4 L h d_v d`` for a frozen output
-    projection (forward and input gradient, no weight gradient)."""
+    width d_k and value width d_v, T context (``context``, default ``data.length``); plus
+    ``4 L h d_v d`` for a frozen output projection (forward and input gradient, no weight
+    gradient). A forward pass alone is a third of it."""
     from attnjax.train.state import init_params
     params = init_params(config)
     tables = POSITIONS.get(config.model.position.kind).tables    # lookups, not matmuls
@@ -121,7 +122,18 @@ def model_flops_per_token(config) -> float:
     frozen = 4 * heads * m.value_head_dim * m.d_model if (
         m.attention.output_projection == "frozen") else 0
     return 6 * matmul + m.num_layers * (
-        6 * heads * (m.head_dim + m.value_head_dim) * config.data.length + frozen)
+        6 * heads * (m.head_dim + m.value_head_dim) * (context or config.data.length) + frozen)
+
+
+def run_flops(config, evaluations: int) -> float:
+    """Model FLOPs of a finished run of ``config``: its training steps
+    (``model_flops_per_token`` of every trained token) and ``evaluations`` evaluations (a
+    forward pass, a third of that, over every evaluated token at each evaluation length)."""
+    t = config.train
+    trained = t.steps * t.batch_size * config.data.length * model_flops_per_token(config)
+    evaluated = t.eval_batches * t.eval_batch_size * sum(
+        n * model_flops_per_token(config, n) / 3 for n in config.data.lengths)
+    return trained + evaluations * evaluated
 
 
 def train_loop(config):
@@ -221,18 +233,25 @@ def run_sweep_benchmark(experiment: str = "experiments/baseline.py", seeds: int 
     """Wall time of the same sweep (``seeds`` seeds of ``experiment`` at ``steps`` steps) with
     each launcher, in fresh directories, compilation and worker start-up included (JAX's
     persistent compilation cache off, so no launcher inherits another's programs), and the
-    largest per-run validation-loss difference from the first launcher's (runs must agree)."""
+    largest per-run validation-loss difference from the first launcher's (runs must agree).
+
+    Against the arithmetic: ``floor_s`` is the sweep's model FLOPs (``run_flops``, with the
+    evaluations the runs logged plus the initial loss's) at the best float32 matmul peak
+    measured in the run (``matmul_peak_flops``, before and after the launchers), the time no
+    launcher can beat on this machine; each row's ``peak_fraction`` is ``floor_s / seconds``."""
     import os
     import tempfile
 
     from attnjax.config import apply_overrides
     from attnjax.experiment import experiment_config
+    from attnjax.rundir import SweepDir
     from attnjax.sweep.launch import launch_runs
     from attnjax.sweep.spec import Run
     base = experiment_config(experiment, {"train.steps": steps})
     runs = [Run(f"seed={seed}", {"seed": seed}, apply_overrides(base, {"seed": seed}))
             for seed in range(seeds)]
     times, losses = {}, {}
+    peak = matmul_peak_flops()
     cache = os.environ.get("ATTNJAX_COMPILE_CACHE")
     enabled = jax.config.jax_enable_compilation_cache
     os.environ["ATTNJAX_COMPILE_CACHE"] = ""            # workers inherit it: no cache
@@ -246,14 +265,20 @@ def run_sweep_benchmark(experiment: str = "experiments/baseline.py", seeds: int 
                 times[launcher] = time.perf_counter() - start
                 losses[launcher] = [r["summary"]["eval"][str(base.data.length)]["loss"]
                                     for r in record["runs"]]
+            logged = SweepDir(f"{tmp}/{launchers[0]}").run(runs[0].name).metrics()
+            evaluations = 1 + sum("val_loss" in r for r in logged)    # + the initial loss's
     finally:
         jax.config.update("jax_enable_compilation_cache", enabled)
         if cache is None:
             os.environ.pop("ATTNJAX_COMPILE_CACHE")
         else:
             os.environ["ATTNJAX_COMPILE_CACHE"] = cache
+    peak = max(peak, matmul_peak_flops())
+    flops = seeds * run_flops(base, evaluations)
+    floor = flops / peak
     first = launchers[0]
     rows = [{"launcher": name, "seconds": times[name], "speedup": times[first] / times[name],
+             "peak_fraction": floor / times[name],
              "mean_val_loss": float(np.mean(losses[name])),
              "max_loss_difference": float(np.max(np.abs(np.subtract(losses[name],
                                                                     losses[first]))))}
@@ -261,12 +286,16 @@ def run_sweep_benchmark(experiment: str = "experiments/baseline.py", seeds: int 
     print(f"{seeds} seeds of {experiment}, {steps} steps each (d_model {base.model.d_model}, "
           f"{base.model.num_layers} layers, batch {base.train.batch_size}, length "
           f"{base.data.length}) on {os.cpu_count()} cores, compilation included")
-    print(f"{'launcher':<15} {'wall s':>8} {'vs ' + first:>15} {'mean val loss':>14} "
-          f"{'max diff':>9}")
+    print(f"model FLOPs {flops / 1e12:.2f} T ({evaluations} evaluations per run): "
+          f"{floor:.1f} s at the run's best matmul peak, {peak / 1e9:.0f} GFLOP/s")
+    print(f"{'launcher':<15} {'wall s':>8} {'vs ' + first:>15} {'of peak':>8} "
+          f"{'mean val loss':>14} {'max diff':>9}")
     for r in rows:
         print(f"{r['launcher']:<15} {r['seconds']:>8.1f} {r['speedup']:>14.2f}x "
-              f"{r['mean_val_loss']:>14.4f} {r['max_loss_difference']:>9.1e}")
+              f"{r['peak_fraction']:>8.0%} {r['mean_val_loss']:>14.4f} "
+              f"{r['max_loss_difference']:>9.1e}")
     result = {"experiment": experiment, "seeds": seeds, "steps": steps, "rows": rows,
-              "val_loss": losses, "backend": jax.default_backend()}
+              "val_loss": losses, "backend": jax.default_backend(), "model_flops": flops,
+              "peak_flops": peak, "floor_s": floor, "evaluations_per_run": evaluations}
     write_json(out, result)
     return result

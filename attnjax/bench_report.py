@@ -63,9 +63,11 @@ SECTIONS = {
                ("peer_ratio", "peer_ratio"), ("lowest round", "peer_ratio_low"),
                ("highest round", "peer_ratio_high")]),
     "sweep": ("Sweep launchers", "Wall time of one sweep with each launcher, compilation "
-              "included; speedup against the first; runs must agree.",
+              "included; speedup against the first; runs must agree. `of peak`: the sweep's "
+              "model FLOPs at the best matmul peak measured in the same run, over the wall "
+              "time (the arithmetic alone would take `of peak` x `wall s`).",
               [("launcher", "launcher"), ("wall s", "seconds"), ("speedup", "speedup"),
-               ("max loss difference", "max_loss_difference")]),
+               ("of peak", "peak_fraction"), ("max loss difference", "max_loss_difference")]),
     "startup": ("Per-run overhead", "The same run trained twice, each in a new process, sharing "
                 "a compilation cache that starts empty: seconds per phase and the cache files "
                 "each process added (the second compiles nothing).", None),

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from attnjax import bench
+from attnjax.bench import model_flops_per_token, run_flops
 from attnjax.bench_generate import run_generate_benchmark
 from attnjax.bench_memory import train_step_memory
 from attnjax.bench_startup import run_startup_benchmark
+from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
 from attnjax.nn import DecoderLM
 from attnjax.train import loop
@@ -185,3 +187,23 @@ def test_sweep_benchmark_times_each_launcher_and_the_runs_agree(tmp_path, capsys
     assert rows[0]["speedup"] == 1.0 and all(r["seconds"] > 0 for r in rows)
     assert all(r["max_loss_difference"] < 1e-5 for r in rows)
     assert "vmap-processes" in text and "vs sequential" in text
+    result = json.loads(out.read_text())      # the floor: the sweep's FLOPs at the peak
+    config = apply_overrides(tiny_config(TINY_INDUCTION), {"train.steps": 20})
+    assert result["evaluations_per_run"] == 3            # steps 10 and 20, the initial loss
+    assert result["model_flops"] == 2 * run_flops(config, 3) > 0
+    assert result["floor_s"] == result["model_flops"] / result["peak_flops"]
+    assert all(r["peak_fraction"] == result["floor_s"] / r["seconds"] for r in rows)
+    assert "matmul peak" in text and "of peak" in text
+
+
+def test_run_flops_count_training_and_every_evaluated_token_by_hand():
+    """``bench.run_flops``: ``steps B T f(T)`` trained plus, per evaluation, a third of
+    ``f(n)`` for each of ``eval_batches x eval_batch_size x n`` tokens at every length n, with
+    ``f(n) = 6 N + 12 L d n`` (``model_flops_per_token`` at context n)."""
+    config = apply_overrides(tiny_config(TINY_INDUCTION), {
+        "train.steps": 7, "train.batch_size": 4, "train.eval_batches": 3,
+        "train.eval_batch_size": 2, "data.eval_lengths": [32]})
+    m, T = config.model, config.data.length
+    f = lambda n: model_flops_per_token(config) + 12 * m.num_layers * m.d_model * (n - T)
+    assert model_flops_per_token(config, 32) == f(32)
+    assert run_flops(config, 5) == 7 * 4 * T * f(T) + 5 * 3 * 2 * (T * f(T) + 32 * f(32)) / 3
