@@ -10,11 +10,10 @@
   tail changes nothing), takes ``uncached_generation_s = n x forward_s``.
 - ``loop`` rows: the seconds per token of a whole greedy generation of ``tokens`` tokens
   after a ``prompt``-token prompt into a cache of ``max_length`` slots, for a batch of prompts,
-  two ways: ``python``, the prompt
-  in one call and then one jitted one-token step per token, each token brought back to the
-  host to be fed to the next step (how ``attnjax generate`` ran before it was compiled
-  whole), and ``compiled``, ``attnjax.generate.generate`` (one dispatch for the whole
-  generation).
+  two ways: ``python``, the prompt in one call and then one jitted one-token step per token,
+  each token brought back to the host to be fed to the next step (how ``attnjax generate``
+  ran before it was compiled whole), and ``compiled``, ``attnjax.generate.generate`` (one
+  dispatch for the whole generation).
 
 Times are medians of ``repeats`` calls after a warm-up call (compilation excluded), each
 waited for; parameters are a random initialisation (time does not depend on their values).
