@@ -198,15 +198,18 @@ def _ray(sweep: _Sweep, runs: list[Run], jobs, progress, *, address: str | None 
 
 def choose_launcher(runs: int, cores: int, backend: str) -> tuple[str, str]:
     """The launcher ``auto`` picks for ``runs`` runs, and why. The rule, from ``attnjax bench
-    sweep`` (8 seeds of experiments/baseline.py, 300 steps, 2-core AMD EPYC, 2026-12-02:
-    ``processes`` 1.07x ``sequential`` and ``auto`` 1.11x, ``vmap-processes`` 0.98x, ``vmap``
-    0.92x, ``ray`` 0.82x; at 200 steps on an earlier host ``processes`` was 1.26x. One run's
-    300 steps took 12.6 s on both cores and 21.0 s on one, so two single-core workers can be
-    at most 1.2x one process on both cores here):
+    sweep`` (8 seeds of experiments/baseline.py, 300 steps, compilation included, 2-core AMD
+    EPYC): ``auto`` (processes) 0.99-1.15x ``sequential`` in six measurements on
+    2026-12-02 and 12-03 (1.26x at 200 steps on an earlier host), ``vmap-processes``
+    0.80-0.98x, ``vmap`` 0.71-0.92x, ``ray`` 0.68-0.82x. A 2-core host bounds it: one process
+    already runs a step of this model 1.7-1.9x faster on both cores than on one (XLA:CPU runs
+    each small op on one thread and independent ops side by side), so two single-core workers
+    gain at most ~1.1x; and the sweep's arithmetic at the matmul peak measured in the same run
+    is 42% of its sequential time (``floor_s``), the bound of any launcher:
 
     - a single run, or a single core: ``sequential``, every core for the run;
     - a CPU with several cores: ``processes``, one single-core worker per core (up to one per
-      run) -- XLA's CPU kernels at these sizes use a second core poorly, a second process well;
+      run), which gains where a run cannot keep every core busy;
     - an accelerator: ``vmap``, its groups keeping the one device busy (worker processes would
       split its memory).
     """
