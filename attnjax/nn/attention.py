@@ -180,12 +180,13 @@ class MultiHeadAttention(nn.Module):
         ``value``) with the kernel arguments that place the queries after the cached keys, and
         whether the step fits in the cache (``None`` for the init call, which only creates it).
 
-        The cache is stored head-major, ``[B, K, max_length, H]``, as the kernels' products
-        read it (handed over as a ``[B, T, K, H]`` view), and a step past the end poisons the
-        layer's output rather than the value cache: the time-major cache with its values
-        selected at every step cost 1.19 ms per token of a compiled greedy generation at
-        ``max_length`` 1024 (width 128, 4 layers, batch 1), the select alone 0.53 of them, and
-        this layout 0.58 ms (``attnjax bench generate``, 2 CPU cores)."""
+        The cache is stored head-major, ``[B, K, max_length, H]``, the head layout the
+        kernels' products use (handed over as a ``[B, T, K, H]`` view; XLA:CPU still re-lays
+        it out for a single query's products, 0.3 ms of the 0.58 below), and a step past the
+        end poisons the layer's output rather than the value cache: the time-major cache with
+        its values selected at every step cost 1.19 ms per token of a compiled greedy
+        generation at ``max_length`` 1024 (width 128, 4 layers, batch 1), the select alone 0.53
+        of them, and this layout 0.58 ms (``attnjax bench generate``, 2 CPU cores)."""
         B, T, K, H = k.shape
         length = self.config.max_length
         if T > length:
