@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax.config.kernel import kernel_request
 from attnjax.nn import DecoderLM
-from attnjax.nn.slots import kernel_request
 
 
 def _cache_tree(config, batch: int):

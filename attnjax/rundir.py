@@ -4,7 +4,7 @@
       config.json                 the run's Config, stored by the first ``train``
       metrics.jsonl               one JSON object per logged step (a torn last line is ignored)
       summary.json                written last, atomically: the run finished
-      ckpt/                       orbax checkpoints: latest 2 + best-N (``train.checkpoint``)
+      ckpt/                       orbax checkpoints: latest 2 + best-N (``attnjax.checkpoint``)
       tensorboard/                TensorBoard events of the same scalars
       evals/<label>.json          evaluation variants: {"<length>": {"loss", "accuracy"}}
       eval.json                   the last ``attnjax eval``: checkpoint, step, overrides, results
@@ -23,12 +23,8 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
+from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
-
-if TYPE_CHECKING:
-    from attnjax.train.checkpoint import Checkpoints
 
 WHICH = ("best", "latest")              # the checkpoints ``RunDir.params`` can load
 RECENT_SECONDS = 120                    # metrics written this recently + no summary = running
@@ -189,8 +185,6 @@ class RunDir:
     # ------------------------------------------------------------------------- checkpoints
 
     def checkpoints(self, keep_best: int = 1, read_only: bool = False) -> Checkpoints:
-        # imported here: attnjax.train imports this module (train/__init__ -> loop -> rundir)
-        from attnjax.train.checkpoint import Checkpoints
         return Checkpoints(self.checkpoint_dir, keep_best, read_only=read_only)
 
     def has_checkpoint(self) -> bool:
@@ -203,20 +197,18 @@ class RunDir:
         (a run still training is left untouched); ``NoCheckpointError`` without one."""
         if which not in WHICH:
             raise ValueError(f"which={which!r} is not valid; choices: {', '.join(WHICH)}")
-        # imported here: attnjax.train imports this module (train/__init__ -> loop -> rundir)
-        from attnjax.train.state import init_state
         config = self.config()
-        state = None
+        params = step = None
         if self.has_checkpoint():
             checkpoints = self.checkpoints(config.train.keep_best, read_only=True)
             try:
-                state, step = checkpoints.restore(
-                    init_state(config), checkpoints.best_step() if which == "best" else None)
+                params, step = checkpoints.restore_params(
+                    checkpoints.best_step() if which == "best" else None)
             finally:
                 checkpoints.close()
-        if state is None:
+        if params is None:
             raise NoCheckpointError(f"{str(self.path)!r} has no usable checkpoint")
-        return config, state.params, step
+        return config, params, step
 
 
 class SweepDir:

@@ -13,11 +13,11 @@ The session compiles at XLA's CPU optimisation level 1 (set below, before JAX st
 
 import os
 
-from attnjax.quick_compile import quick_compile_flags
+from attnjax.compilation import quick_compile_flags
 
 # Before any test computes (XLA reads its flags when the backend starts): the suite compiles
 # thousands of small programs and runs each briefly, so it compiles at XLA's CPU optimisation
-# level 1 (attnjax.quick_compile: bit-identical results); processes that tests start inherit it
+# level 1 (attnjax.compilation: bit-identical results); processes that tests start inherit it
 os.environ["XLA_FLAGS"] = quick_compile_flags(os.environ.get("XLA_FLAGS"))
 
 import jax  # noqa: E402

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from attnjax.config import Config, apply_overrides
-from attnjax.quick_compile import quick_compile_flags
+from attnjax.compilation import quick_compile_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ COMPILE_CACHE_ENV = {"JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
 def subprocess_env(**extra: str) -> dict:
     """The environment for a Python subprocess of a test: this one's, attnjax importable from
     the checkout, the session's compilation cache, and ``extra`` (``XLA_FLAGS`` in it keep
-    the session's quick compilation, ``attnjax.quick_compile``)."""
+    the session's quick compilation, ``attnjax.compilation``)."""
     if "XLA_FLAGS" in extra:
         extra["XLA_FLAGS"] = quick_compile_flags(extra["XLA_FLAGS"])
     return {**os.environ, "PYTHONPATH": str(REPO), **COMPILE_CACHE_ENV, **extra}

@@ -464,6 +464,51 @@ def test_a_setting_that_means_nothing_for_the_kind_is_refused(items, field, owne
     apply_overrides(Config(), items + readers[field])
 
 
+def _conditional_fields():
+    """``(dotted field, its When)`` of every field declared with ``read_when``."""
+    for prefix, cls in CLASSES.items():
+        for field in dataclasses.fields(cls):
+            if "read_when" in field.metadata:
+                yield (f"{prefix}.{field.name}" if prefix else field.name,
+                       field.metadata["read_when"])
+
+
+CONDITIONAL = list(_conditional_fields())
+# a value other than the default for each conditional field, and the overrides that put its
+# selector on a value that does not read it (and keep the field's own kind one that does)
+NON_DEFAULT = {"model.attention.causal": (False, ["model.attention.window=4"]),
+               "model.attention.key_padding_mask": (False, []),
+               "model.attention.causal_offset": (1, ["model.attention.kernel=masked_fill",
+                                                     "model.attention.causal=false"]),
+               "model.attention.o_init": ("zeros", ["model.attention.output_projection=frozen"]),
+               "model.position.rope_scale": (2.0, []),
+               "model.position.train_length": (16, []),
+               "data.min_length": (4, []),
+               "data.pad_token": (3, [])}
+for _name in "qkvo":
+    NON_DEFAULT[f"model.attention.{_name}_init_scale"] = (0.5, [])
+
+
+def test_every_conditional_field_is_covered():
+    assert sorted(path for path, _ in CONDITIONAL) == sorted(NON_DEFAULT)
+
+
+@pytest.mark.parametrize("path, rule", CONDITIONAL, ids=[p for p, _ in CONDITIONAL])
+def test_a_conditional_field_set_under_another_selector_value_is_refused(path, rule):
+    value, context = NON_DEFAULT[path]
+    owner = path.rpartition(".")[0]
+    selector = rule.selector if "." in rule.selector else f"{owner}.{rule.selector}"
+    chosen = apply_overrides(Config(), context)
+    for part in selector.split("."):
+        chosen = getattr(chosen, part)
+    assert chosen not in rule.values
+    readers = " or ".join(map(repr, rule.values))
+    message = _override_error(context + [f"{path}={json.dumps(value)}"],
+                              f"means nothing with {rule.selector}={chosen!r}",
+                              f"it is read by {rule.selector}={readers}")
+    assert message.startswith(f"{path}={value!r}"), message
+
+
 def test_learned_table_evaluated_past_its_rows_fails_at_config_time():
     items = ["model.position.kind=learned", "model.max_length=32", "data.length=32",
              "data.eval_lengths=[32, 64]"]

@@ -775,7 +775,7 @@ def test_decoding_past_the_cache_gives_nan_and_a_longer_call_is_refused():
 
 
 def test_dynamic_ntk_and_linear_attention_refuse_the_cache_before_tracing():
-    from attnjax.nn.slots import kernel_request
+    from attnjax.config.kernel import kernel_request
     dynamic = tiny("rope", position={"rope_scaling": "dynamic_ntk"})
     with pytest.raises(ValueError, match=r"rope_scaling='dynamic_ntk' cannot decode"):
         kernel_request(dynamic, decode=True)

@@ -13,7 +13,8 @@ from attnjax.config import Config, DataConfig, apply_overrides
 from attnjax.data import Dataset, load_dataset
 from attnjax.data.padding import frame
 from attnjax.nn import DecoderLM
-from attnjax.nn.slots import kernel_request, padding_arguments
+from attnjax.config.kernel import kernel_request
+from attnjax.nn.slots import padding_arguments
 from attnjax.registry import KERNELS, POSITIONS
 from attnjax.train import loop
 from attnjax.train.state import init_state

@@ -138,6 +138,66 @@ def test_params_loads_the_best_or_latest_checkpoint(tmp_path):
         run.params("last")
 
 
+def test_params_build_no_model_and_no_optimizer(tmp_path, monkeypatch):
+    from attnjax.train import state
+    config = small()
+    run = RunDir(tmp_path)
+    run.prepare(config)
+    saved = state.init_state(config)
+    checkpoints = run.checkpoints()
+    checkpoints.save(10, saved, to_dict(config), val_loss=1.0)
+    checkpoints.close()
+    state._init_program.cache_clear()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loading parameters built a model or an optimizer")
+    monkeypatch.setattr(state, "make_optimizer", refuse)
+    monkeypatch.setattr(state, "DecoderLM", refuse)
+    _, params, step = run.params()
+    assert step == 10
+    chex.assert_trees_all_equal(params, saved.params)
+
+
+def test_params_of_a_checkpoint_saved_without_a_parameter_digest(tmp_path):
+    """Checkpoints written before the parameter digest: the whole state's digest, over its
+    fields in TrainState order, checks them."""
+    import orbax.checkpoint as ocp
+    from attnjax.checkpoint import state_digest
+    from attnjax.train.state import init_state
+    config = small()
+    run = RunDir(tmp_path)
+    run.prepare(config)
+    saved = init_state(config)
+    meta = {"config": to_dict(config), "digest": state_digest(saved), "step": 10}
+    with ocp.CheckpointManager(run.checkpoint_dir.absolute()) as manager:
+        manager.save(10, args=ocp.args.Composite(state=ocp.args.StandardSave(saved),
+                                                 meta=ocp.args.JsonSave(meta)))
+        manager.wait_until_finished()
+    _, params, step = run.params("latest")
+    assert step == 10
+    chex.assert_trees_all_equal(params, saved.params)
+
+
+def test_params_whose_bytes_do_not_match_their_digest_fall_back(tmp_path, capsys):
+    from attnjax.train.state import init_state
+    config = small()
+    run = RunDir(tmp_path)
+    run.prepare(config)
+    first, second = init_state(config), init_state(small(seed=1))
+    checkpoints = run.checkpoints()
+    checkpoints.save(10, first, to_dict(config), val_loss=1.0)
+    checkpoints.save(20, second, to_dict(config), val_loss=2.0)
+    checkpoints.close()
+    meta = run.checkpoint_dir / "20" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    record["params_digest"] = "0" * 64
+    meta.write_text(json.dumps(record))
+    _, params, step = run.params("latest")
+    assert step == 10
+    chex.assert_trees_all_equal(params, first.params)
+    assert "checkpoint 20" in capsys.readouterr().err
+
+
 def test_sweep_record_errors_name_the_file(tmp_path):
     sweep = SweepDir(tmp_path)
     assert not sweep.exists()

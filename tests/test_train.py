@@ -21,7 +21,8 @@ from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset, load_dataset
 from attnjax.nn import DecoderLM
 from attnjax.rundir import RunDir
-from attnjax.train import Checkpoints, hyper, loop, train
+from attnjax.checkpoint import Checkpoints
+from attnjax.train import hyper, loop, train
 from attnjax.train.parallel import Runner
 from attnjax.train.loop import evaluate
 from attnjax.train.state import init_params, init_state

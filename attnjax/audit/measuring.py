@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from attnjax.audit.claims import ClaimFile, Runs, Trained, load_claim
+from attnjax.compilation import enable_compile_cache
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.spec import Run
 from attnjax.sweep.workers import core_shares
@@ -91,7 +92,6 @@ def _measure_one(path: str, sweep_path: str, results_dir: str) -> str | None:
 
 def _pin(shares) -> None:
     os.sched_setaffinity(0, shares.get())
-    from attnjax.sweep.launch import enable_compile_cache
     enable_compile_cache()
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from attnjax.audit.claims import ClaimFile, load_claims
 from attnjax.audit.measuring import failure_path, measure_claims, measured
 from attnjax.audit.report import audit_markdown
-from attnjax.quick_compile import quick_compiling_workers
+from attnjax.compilation import quick_compiling_workers
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.launch import launch_runs
 from attnjax.sweep.spec import Run

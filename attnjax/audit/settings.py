@@ -61,7 +61,7 @@ PE_LENGTHS = {
 
 # The PE sweep evaluates with the chunked kernel: the function the model's reference kernel
 # computes (equal losses to float rounding), without the [B, N, 1024, 1024] probabilities
-# of every layer (forward at 1024 tokens: 0.3x reference's time, `attnjax bench attention`).
+# of every layer, and faster at long lengths (`attnjax bench attention`).
 PE_EVAL = {"train.eval_kernel": "chunked"}
 
 

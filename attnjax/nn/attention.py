@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import ModelConfig
-from attnjax.nn.slots import (head_init, kernel_request, kernel_settings, padding_arguments,
-                              probability_dropout, projection_init, score_arguments)
+from attnjax.config.kernel import kernel_request, score_arguments
+from attnjax.nn.slots import (head_init, kernel_settings, padding_arguments, probability_dropout,
+                              projection_init)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
 from attnjax.ops.stats import causal_max_logit
@@ -181,12 +182,11 @@ class MultiHeadAttention(nn.Module):
         whether the step fits in the cache (``None`` for the init call, which only creates it).
 
         The cache is stored head-major, ``[B, K, max_length, H]``, the head layout the
-        kernels' products use (handed over as a ``[B, T, K, H]`` view; XLA:CPU still re-lays
-        it out for a single query's products, 0.3 ms of the 0.58 below), and a step past the
-        end poisons the layer's output rather than the value cache: the time-major cache with
-        its values selected at every step cost 1.19 ms per token of a compiled greedy
-        generation at ``max_length`` 1024 (width 128, 4 layers, batch 1), the select alone 0.53
-        of them, and this layout 0.58 ms (``attnjax bench generate``, 2 CPU cores)."""
+        kernels' products use (handed over as a ``[B, T, K, H]`` view), so a step writes one
+        slice and reads the cache without re-laying it out. A step past the end poisons the
+        layer's output (NaN) instead of selecting over the whole value cache at every step,
+        which would cost as much as the step's attention itself. Time per token:
+        ``attnjax bench generate`` (docs/PERFORMANCE.md)."""
         B, T, K, H = k.shape
         length = self.config.max_length
         if T > length:

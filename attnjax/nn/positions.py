@@ -127,13 +127,6 @@ def _check_rope(config: ModelConfig, lengths):
     if pos.rope_scaling in ("ntk", "dynamic_ntk") and rotary_dim < 4:
         raise ValueError(f"model.position.rope_scaling={pos.rope_scaling!r} needs >= 4 rotary "
                          "features (raise rope_fraction or head_dim)")
-    reads = SCHEDULE_READS[pos.rope_scaling]
-    for field, unset in (("rope_scale", 1.0), ("train_length", None)):
-        if getattr(pos, field) != unset and field not in reads:
-            users = [name for name, fields in SCHEDULE_READS.items() if field in fields]
-            raise ValueError(f"model.position.{field}={getattr(pos, field)!r} means nothing with "
-                             f"rope_scaling={pos.rope_scaling!r}; it is read by rope_scaling="
-                             f"{' or '.join(map(repr, users))}")
 
 
 def _decode_rope(config: ModelConfig):
@@ -189,9 +182,6 @@ def _t5_similarity(config: ModelConfig, params, offset: int):
     return np.stack([np.exp(t[buckets[0]] - t[buckets[1]]) for t in tables])
 
 
-# the model.position fields each RoPE schedule reads (see ops.positions.rope_frequencies)
-SCHEDULE_READS = {"default": (), "linear": ("rope_scale",), "ntk": ("rope_scale",),
-                  "dynamic_ntk": ("train_length",), "yarn": ("rope_scale", "train_length")}
 ROPE_FIELDS = ("rope_base", "rope_fraction", "rope_scaling", "rope_scale", "train_length")
 
 POSITIONS.register("none", PositionEncoding())

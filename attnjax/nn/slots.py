@@ -3,14 +3,12 @@
 Each ``model.attention`` choice is a name in a registry; its entry says what it does and
 which ``model.attention`` fields it alone reads (``reads``), so the config refuses those
 fields under any other choice, and which kernel options it asks for (``asks``), so the
-config refuses a kernel that cannot honour it. ``kernel_request`` is the one map from a
-model config to the kernel it runs and the options it asks of it, used by the config
-validation, the module and the KV-cache decoder alike.
+config refuses a kernel that cannot honour it (``attnjax.config.kernel.kernel_request``).
 
 Adding a choice to a slot = one function and one ``register`` call here (and, if it has a
 setting of its own, a field of ``AttentionConfig`` named in ``reads``). Adding a score-shaping
 option of the kernels (like soft-capping) = its math and name in ``attnjax.ops.attention``, a
-field of ``AttentionConfig``, and one line in ``score_arguments``.
+field of ``AttentionConfig``, and one line in ``attnjax.config.kernel.score_arguments``.
 
 References: Henry et al. 2020, "Query-Key Normalization for Transformers", and Dehghani et
 al. 2023 (qk-norm); Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
@@ -28,8 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnjax.ops.attention import check_kernel_supports, requested_options
-from attnjax.registry import DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
+from attnjax.registry import DROPOUTS, INITS, KERNELS, QK_NORMS, SCALES, SINKS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
 
@@ -116,13 +113,13 @@ DROPOUTS.register("output", DropoutPlacement(on_output=True))
 
 # Initializers of the projections: ``make(scale)`` -> a flax initializer of a 2-D kernel
 # ``[fan_in, fan_out]``; scale is the std of ``normal`` and the gain of ``xavier_uniform``
-# (Var = gain^2 * 2 / (fan_in + fan_out), as torch.nn.init.xavier_uniform_).
+# (Var = gain^2 * 2 / (fan_in + fan_out), as torch.nn.init.xavier_uniform_); the config names
+# the schemes that read a scale (``attnjax.config.model.SCALED_INITS``).
 INITS.register("default", lambda scale: nn.initializers.lecun_normal())
 INITS.register("zeros", lambda scale: nn.initializers.zeros)
 INITS.register("normal", lambda scale: nn.initializers.normal(stddev=scale))
 INITS.register("xavier_uniform",
                lambda scale: nn.initializers.variance_scaling(scale**2, "fan_avg", "uniform"))
-SCALED_INITS = ("normal", "xavier_uniform")     # the ones that read their *_init_scale
 
 
 def projection_init(att, parts: list[tuple[str, int]]):
@@ -156,19 +153,6 @@ def head_init(att, part: str, heads: int, width: int, head: int):
     return init
 
 
-# the options a KV-cache step asks of the kernel: queries placed after the cached keys
-DECODE_OPTIONS = frozenset({"positions", "padding", "cross_attention"})
-
-
-def score_arguments(att) -> dict:
-    """The static mask and score-shaping arguments of ``dot_product_attention`` a
-    ``model.attention`` config asks for (causal unless ``causal=False``; window;
-    soft-capping)."""
-    return dict(is_causal=att.causal,
-                local_window_size=None if att.window is None else (att.window - 1, 0),
-                logit_soft_cap=att.logit_soft_cap)
-
-
 def padding_arguments(att, positions: jax.Array, token_mask: jax.Array) -> dict:
     """The arguments of ``dot_product_attention`` for a padded batch, ``token_mask`` ``[B, T]``
     True at real tokens: the per-example ``positions`` ``[B|1, T]`` for every position-based
@@ -180,48 +164,6 @@ def padding_arguments(att, positions: jax.Array, token_mask: jax.Array) -> dict:
     if att.key_padding_mask:
         arguments["segment_ids"] = token_mask.astype(jnp.int32)
     return arguments
-
-
-def kernel_request(model, *, decode: bool = False, return_weights: bool = False,
-                   padded: bool = False) -> tuple[str, frozenset]:
-    """``(kernel, options)``: the kernel a ``ModelConfig`` runs and the ``OPTIONS`` it asks of
-    it, for training (``decode=False``) or a KV-cache step, with or without returning the
-    weights (a kernel that cannot return them is swapped for ``reference``, which computes the
-    same function), on padded batches or not (``padded``: what ``padding_arguments`` passes).
-    Raises a one-line ValueError naming ``model.attention.kernel`` when the kernel cannot
-    honour them, or the field that cannot decode (``model.attention.causal``, the position
-    encoding)."""
-    att = model.attention
-    scores = score_arguments(att)
-    asks = set(requested_options(
-        bias=True if POSITIONS.get(model.position.kind).bias is not None else None,
-        window=scores["local_window_size"], logit_soft_cap=scores["logit_soft_cap"],
-        dropout_rate=att.dropout_rate if DROPOUTS.get(att.dropout).on_probs else 0.0,
-        value_head_dim=model.value_head_dim != model.head_dim,
-        positions=padded, segment=padded and att.key_padding_mask))
-    asks |= SCALES.get(att.scale).asks | SINKS.get(att.sink).asks
-    if decode:
-        if not att.causal:
-            raise ValueError("decoding with the KV cache: model.attention.causal=False cannot "
-                             "decode (a later token would change the earlier outputs)")
-        asks |= DECODE_OPTIONS
-        position = POSITIONS.get(model.position.kind)
-        if position.decode_check is not None:
-            position.decode_check(model)
-    kernel, spec = att.kernel, KERNELS.get(att.kernel, "model.attention.kernel")
-    if return_weights:
-        asks.add("return_weights")
-        if "return_weights" not in spec.supports:
-            if not spec.exact:
-                raise ValueError(f"model.attention.kernel={kernel!r} cannot return attention "
-                                 "weights (it is not softmax attention)")
-            kernel = "reference"
-    use = "decoding with the KV cache: " if decode else ""
-    check_kernel_supports(kernel, frozenset(asks), field=f"{use}model.attention.kernel")
-    if decode and spec.causal_only_aligned:
-        raise ValueError(f"{use}model.attention.kernel={kernel!r} handles causal attention only "
-                         "for queries and keys of equal length; decode with another kernel")
-    return kernel, frozenset(asks)
 
 
 def kernel_settings(att, kernel: str) -> dict:

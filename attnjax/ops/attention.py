@@ -142,9 +142,8 @@ def scaled_logits(q: jax.Array, k: jax.Array, scale: jax.Array,
 def expand_kv_heads(x: jax.Array, num_heads: int) -> jax.Array:
     """``[B, T, K, ...]`` -> ``[B, T, N, ...]``: query head ``n`` reads kv head ``n // (N //
     K)`` (GQA). One layout for every head count keeps the scores ``[B, N, Tq, Tk]``, whose
-    einsums XLA lowers without transposing them; the grouped ``[B, K, G, Tq, Tk]`` layout this
-    replaced made XLA:CPU transpose the probabilities, and the reference kernel's gradient
-    took 1.8x as long (causal, batch 4, length 1024, 4 heads of 32)."""
+    einsums XLA lowers without transposing them (a grouped ``[B, K, G, Tq, Tk]`` layout makes
+    XLA:CPU transpose the probabilities)."""
     groups = num_heads // x.shape[2]
     return x if groups == 1 else jnp.repeat(x, groups, axis=2)
 

@@ -16,9 +16,9 @@ query block may see (under a causal mask, every block above the diagonal: about 
 at long lengths; outside a sliding window, nearly all) is skipped by ``lax.cond``, forward
 and backward: for it ``m`` and ``l`` would not change and ``acc`` would gain nothing.
 Results equal the ``reference`` kernel to float32 rounding, including dropout (the keep mask
-is a hash of absolute indices). Blocks of 256 by default: on 2 CPU cores the gradient at
-length 1024 (batch 4, 4 heads of 32) took 129 ms and 31 MB against 167 ms and 78 MB with
-blocks of 512, and at 4096 1.87 s and 67 MB against 1.77 s and 114 MB.
+is a hash of absolute indices). Blocks of 256 by default: smaller blocks skip more of the
+masked key blocks and hold less at once, larger ones make fewer, bigger products; the time
+and memory of each choice: ``attnjax bench attention`` (docs/PERFORMANCE.md).
 
 References: Rabe & Staats 2021, "Self-attention Does Not Need O(n^2) Memory";
 Milakov & Gimelshein 2018, "Online normalizer calculation for softmax".

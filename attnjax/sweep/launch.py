@@ -20,12 +20,15 @@ import os
 import traceback
 from pathlib import Path
 
+import jax
+
 from attnjax.config import Config
 from attnjax.registry import LAUNCHERS
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.record import entry, open_record
 from attnjax.sweep.spec import Run, expand
 from attnjax.sweep.variants import eval_variants, evaluate_variants
+from attnjax.sweep.ray_launcher import run_on_ray
 from attnjax.sweep.workers import run_tasks
 from attnjax.train import hyper
 from attnjax.train.loop import train, train_group
@@ -108,17 +111,6 @@ def _sequential(sweep: _Sweep, runs: list[Run], jobs, progress):
             return  # SIGTERM: the run saved a checkpoint; stop launching
 
 
-def enable_compile_cache():
-    """JAX's persistent compilation cache, so a second invocation skips compilation. Directory:
-    ``$ATTNJAX_COMPILE_CACHE`` (empty: off), default ``~/.cache/attnjax/xla``; a directory
-    already set through ``JAX_COMPILATION_CACHE_DIR`` is kept."""
-    import jax
-    path = os.environ.get("ATTNJAX_COMPILE_CACHE", str(Path.home() / ".cache/attnjax/xla"))
-    if path and not jax.config.jax_compilation_cache_dir:   # JAX_COMPILATION_CACHE_DIR wins
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-
-
 def work(config: Config) -> float:
     """A run's compute, up to a constant: its training and evaluation FLOPs with the
     parameters taken as ``N = 12 L d^2`` (L layers of width d; PaLM, appendix B):
@@ -191,21 +183,15 @@ def _keep_going(summary: dict | None) -> bool:
 
 def _ray(sweep: _Sweep, runs: list[Run], jobs, progress, *, address: str | None = None,
          cpus_per_run: float = 1.0, gpus_per_run: float = 0.0):
-    from attnjax.sweep.ray_launcher import run_on_ray
     run_on_ray(sweep, longest_first(vmap_groups(runs, jobs)), address=address,
                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
 
 
 def choose_launcher(runs: int, cores: int, backend: str) -> tuple[str, str]:
-    """The launcher ``auto`` picks for ``runs`` runs, and why. The rule, from ``attnjax bench
-    sweep`` (8 seeds of experiments/baseline.py, 300 steps, compilation included, 2-core AMD
-    EPYC): ``auto`` (processes) 0.99-1.15x ``sequential`` in six measurements on
-    2026-12-02 and 12-03 (1.26x at 200 steps on an earlier host), ``vmap-processes``
-    0.80-0.98x, ``vmap`` 0.71-0.92x, ``ray`` 0.68-0.82x. A 2-core host bounds it: one process
-    already runs a step of this model 1.7-1.9x faster on both cores than on one (XLA:CPU runs
-    each small op on one thread and independent ops side by side), so two single-core workers
-    gain at most ~1.1x; and the sweep's arithmetic at the matmul peak measured in the same run
-    is 42% of its sequential time (``floor_s``), the bound of any launcher:
+    """The launcher ``auto`` picks for ``runs`` runs, and why. The rule follows ``attnjax
+    bench sweep``, which times one sweep with every launcher against its arithmetic floor (the
+    sweep's model FLOPs at the matmul peak measured in the same run; figures in
+    docs/PERFORMANCE.md):
 
     - a single run, or a single core: ``sequential``, every core for the run;
     - a CPU with several cores: ``processes``, one single-core worker per core (up to one per
@@ -221,7 +207,6 @@ def choose_launcher(runs: int, cores: int, backend: str) -> tuple[str, str]:
 
 
 def _auto(sweep: _Sweep, runs: list[Run], jobs, progress):
-    import jax
     cores = len(os.sched_getaffinity(0))
     choice, why = choose_launcher(len(runs), cores, jax.default_backend())
     sweep.log(f"auto launcher: {choice} ({why})")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from attnjax.compilation import enable_compile_cache
 from attnjax.config import to_dict
 from attnjax.sweep.workers import train_task
 
@@ -33,7 +34,6 @@ def _import_ray():
 
 def _train_on_ray(configs: list[dict], run_dirs: list[str]) -> list[dict]:
     """Ray task body: train one task (see ``attnjax.sweep.workers.train_task``)."""
-    from attnjax.sweep.launch import enable_compile_cache
     enable_compile_cache()
     return train_task(configs, run_dirs)
 

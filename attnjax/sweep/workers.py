@@ -26,16 +26,17 @@ import threading
 import time
 import traceback
 
-from attnjax.config import from_dict, to_dict
+from attnjax.compilation import enable_compile_cache
+from attnjax.config import Config, from_dict, to_dict
+from attnjax.train.loop import train, train_group
 
 STOP_WAIT_SECONDS = 120    # how long interrupted workers get to save their checkpoints
 
 
 def core_shares(jobs: int) -> list[list[int]]:
     """This process's CPU cores split into ``jobs`` disjoint, contiguous shares (as even as
-    possible; with fewer cores than jobs, workers share cores round-robin). Two single-core
-    workers train ~1.6x the tokens per second of one process on both cores of this 2-core
-    machine (S-text)."""
+    possible; with fewer cores than jobs, workers share cores round-robin), so the XLA threads
+    of two workers do not compete for one core."""
     cores = sorted(os.sched_getaffinity(0))
     if jobs >= len(cores):
         return [[cores[i % len(cores)]] for i in range(jobs)]
@@ -56,7 +57,6 @@ def _serve(conn, share: list[int], driver: int) -> None:
     os.sched_setaffinity(0, share)
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the driver's to handle
     threading.Thread(target=_watch_driver, args=(driver,), daemon=True).start()
-    from attnjax.sweep.launch import enable_compile_cache
     enable_compile_cache()
     while (task := conn.recv()) is not None:
         conn.send(train_task(*task))
@@ -65,8 +65,6 @@ def _serve(conn, share: list[int], driver: int) -> None:
 def train_task(configs: list[dict], run_dirs: list[str]) -> list[dict]:
     """Per run ``{"summary": ...}`` or ``{"error", "trace"}``; a vmapped group that raises is
     retried run by run to find the culprit."""
-    from attnjax.config import Config
-    from attnjax.train.loop import train, train_group
     configs = [from_dict(Config, c) for c in configs]
     if len(configs) > 1:
         try:

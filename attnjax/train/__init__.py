@@ -1,6 +1,5 @@
 """Training: state, optimizer, the pure train step, data parallelism, checkpoints, the loop."""
 
-from attnjax.train.checkpoint import Checkpoints
 from attnjax.train.loop import evaluate, format_summary, train
 from attnjax.train.parallel import Runner
 from attnjax.train.state import TrainState, init_state

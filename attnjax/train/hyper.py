@@ -20,40 +20,22 @@ import copy
 
 import jax.numpy as jnp
 
-from attnjax.config import Config, apply_overrides
+from attnjax.config import Config, apply_overrides, program_arguments
+from attnjax.config.fields import RATE, lookup
 from attnjax.registry import SCALES
 
-# dotted field -> dtype; a rate (no canonical value) that is 0 in one run and not in another
-# changes the structure
-VALUES = {
-    "seed": jnp.int32,
-    "train.learning_rate": jnp.float32,
-    "train.weight_decay": jnp.float32,
-    "train.z_loss": jnp.float32,
-    "model.attention.dropout_rate": jnp.float32,
-    "model.residual_dropout": jnp.float32,
-    "model.attention.scale_multiplier": jnp.float32,
-    "model.attention.qk_kappa": jnp.float32,
-    "model.position.added_scale": jnp.float32,
-    "train.warmup_steps": jnp.int32,
-}
-_CANONICAL = {"seed": 0, "train.learning_rate": 1e-3, "train.weight_decay": 0.0,
-              "train.z_loss": 0.0, "model.attention.scale_multiplier": 1.0,
-              "model.attention.qk_kappa": 1.0, "model.position.added_scale": 1.0,
-              "train.warmup_steps": 0}
-
-
-def _get(config, path: str):
-    for part in path.split("."):
-        config = getattr(config, part)
-    return config
+# dotted field -> (dtype, canonical value), from the fields declared with ``argument=``; a
+# rate (no canonical value: RATE) that is 0 in one run and not in another changes the structure
+VALUES = {path: ({int: jnp.int32, float: jnp.float32}[kind], canonical)
+          for path, (kind, canonical) in program_arguments(Config).items()}
 
 
 def value_fields(config: Config) -> tuple[str, ...]:
     """The fields that are program arguments for this config: every value but a rate that is
     zero (structural, so dropout compiles out). A scale policy that reads
     ``scale_multiplier`` on the host (the learned scale's initial value) keeps it structural."""
-    fields = tuple(f for f in VALUES if f in _CANONICAL or _get(config, f) > 0)
+    fields = tuple(f for f, (_, canonical) in VALUES.items()
+                   if canonical != RATE or lookup(config, f) > 0)
     if SCALES.get(config.model.attention.scale).host_multiplier:
         fields = tuple(f for f in fields if f != "model.attention.scale_multiplier")
     return fields
@@ -62,7 +44,8 @@ def value_fields(config: Config) -> tuple[str, ...]:
 def structure(config: Config) -> Config:
     """The config with every value set to a canonical one: equal structures compile to the
     same program. A rate keeps whether it is zero (a non-zero one becomes 0.5)."""
-    canonical = {path: _CANONICAL.get(path, 0.5) for path in value_fields(config)}
+    canonical = {path: 0.5 if VALUES[path][1] == RATE else VALUES[path][1]
+                 for path in value_fields(config)}
     return apply_overrides(config, canonical)
 
 
@@ -70,8 +53,8 @@ def as_arrays(configs: list[Config], stacked: bool) -> dict:
     """Values of ``configs`` as arrays: stacked ``[runs]`` for a vmapped group, else the
     single config's scalars."""
     fields = value_fields(configs[0])
-    make = lambda path, xs: jnp.asarray(xs if stacked else xs[0], VALUES[path])
-    return {path: make(path, [_get(c, path) for c in configs]) for path in fields}
+    make = lambda path, xs: jnp.asarray(xs if stacked else xs[0], VALUES[path][0])
+    return {path: make(path, [lookup(c, path) for c in configs]) for path in fields}
 
 
 def _replace(node, parts: list[str], value):

@@ -76,9 +76,8 @@ EVAL_CHUNK_TOKENS = 1024
 def eval_chunk_rows(batch_size: int, length: int) -> int:
     """Sequences per forward pass of an evaluation: the largest divisor of ``batch_size``
     whose rows hold at most ``EVAL_CHUNK_TOKENS`` tokens (one row at least). A fixed rule,
-    not a per-host one, so a config evaluates the same on every machine. Measured on 2 CPU
-    cores (``attnjax bench eval``, ``attnjax.bench_eval``): a forward pass over 1024 tokens is
-    1.15-1.8x faster per token than one over 4096, across widths 128-256 and lengths 64-256."""
+    not a per-host one, so a config evaluates the same on every machine; passes of this size
+    are faster per token than larger ones (``attnjax bench eval``, docs/PERFORMANCE.md)."""
     return max(r for r in range(1, batch_size + 1)
                if batch_size % r == 0 and (r * length <= EVAL_CHUNK_TOKENS or r == 1))
 

@@ -66,9 +66,3 @@ def sharpening_kl(weights) -> jax.Array:
 REGULARIZERS.register("entropy", Regularizer(mean_entropy, "entropy_reg"))
 REGULARIZERS.register("weight_std", Regularizer(weight_std, "weight_std_reg"))
 REGULARIZERS.register("sharpen", Regularizer(sharpening_kl, "sharpen_reg"))
-
-
-def active(train_config) -> dict[str, Regularizer]:
-    """The regularisers whose coefficient is not zero."""
-    return {name: reg for name, reg in REGULARIZERS.items()
-            if getattr(train_config, reg.coefficient) != 0.0}

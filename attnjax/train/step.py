@@ -29,7 +29,6 @@ from attnjax.data.padding import model_arguments
 from attnjax.nn import DecoderLM
 from attnjax.nn.probe import head_stat_arrays
 from attnjax.nn.transformer import sown_by_layer
-from attnjax.train.regularizers import active as active_regularizers
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, EVAL_DROPOUT_STREAM, TrainState, stream_key
 
@@ -78,7 +77,7 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     cfg = config.train
     schedule = learning_rate_schedule(cfg)
     total = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
-    regularizers = active_regularizers(cfg)
+    regularizers = cfg.regularizers()
     coefficient = lambda name: getattr(cfg, regularizers[name].coefficient)
 
     def objective(params, micro, rng, weight_total, replicas):
@@ -94,8 +93,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
         return loss, (sums, terms)
 
     def update(grads, params, opt_state):
-        # taken only for a finite step (lax.cond): selecting between the old and the new state
-        # copied and selected every parameter and moment, 5% of a small model's step
+        # taken only for a finite step (lax.cond), so a step never copies and selects between
+        # an old and a new copy of every parameter and moment
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 

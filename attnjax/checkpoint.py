@@ -1,10 +1,16 @@
 """Checkpoints with orbax: async saves, the latest two and the best-N by validation loss kept,
 the config stored as JSON beside the state, and nothing unreadable ever restored.
 
-Each checkpoint also stores a SHA-256 of the state's bytes. ``restore`` walks from the newest
-checkpoint back: one that fails to load or whose bytes do not match its digest is reported and
-skipped, so a corrupted latest checkpoint falls back to the previous good one. Saves that were
-killed midway stay in orbax's ``*.orbax-checkpoint-tmp`` directories, which are never listed.
+A checkpoint holds a training state (step, params, optimizer state, ...) and its metadata: the
+config, and SHA-256 digests of the whole state's bytes and of its parameters'. Restores
+walk from the newest checkpoint back: one that fails to load or whose bytes do not match its
+digest is reported and skipped, so a corrupted latest checkpoint falls back to the previous
+good one. Saves that were killed midway stay in orbax's ``*.orbax-checkpoint-tmp``
+directories, which are never listed.
+
+``restore`` rebuilds the whole state into a template (training resumes from it);
+``restore_params`` needs no template, so reading a model's parameters builds no model and no
+optimizer: it reads the state as saved and checks the parameters' digest.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 from orbax.checkpoint import checkpoint_managers as policies
+
+
+# checkpoints saved without a parameter digest: the whole state's, over its fields in this order
+LEGACY_FIELDS = ("step", "params", "opt_state", "skipped")
 
 
 def state_digest(state) -> str:
@@ -58,7 +68,8 @@ class Checkpoints:
 
     def save(self, step: int, state, config_json: dict, val_loss: float):
         """Start an async save of ``state`` at ``step``."""
-        meta = {"config": config_json, "digest": state_digest(state), "step": int(step)}
+        meta = {"config": config_json, "digest": state_digest(state), "step": int(step),
+                "params_digest": state_digest(state.params)}
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
             metrics={"val_loss": float(val_loss)}, force=True)
@@ -78,14 +89,34 @@ class Checkpoints:
                                        PartitionSpec())
             abstract = jax.tree_util.tree_map(
                 lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), abstract)
+        return self._first_good(step, lambda candidate: self._restore(candidate, abstract))
+
+    def restore_params(self, step: int | None = None):
+        """``(params, step)`` of the newest good checkpoint (or of ``step`` and older), read
+        as saved, on the default device; ``(None, None)`` if there is none."""
+        return self._first_good(step, lambda candidate: self._restore(candidate, None))
+
+    def _restore(self, candidate: int, abstract):
+        """The state at ``candidate`` in the structure of ``abstract``, its digest checked; or,
+        without ``abstract``, its parameters as saved, their digest checked."""
+        restored = self.manager.restore(candidate, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        state, meta = restored.state, restored.meta
+        if abstract is not None:
+            checked, digest = state, meta["digest"]
+        elif "params_digest" in meta:
+            checked, digest = state["params"], meta["params_digest"]
+        else:
+            checked, digest = [state[name] for name in LEGACY_FIELDS], meta["digest"]
+        if digest != state_digest(checked):
+            raise ValueError("its bytes do not match the digest saved with it")
+        return state if abstract is not None else state["params"]
+
+    def _first_good(self, step: int | None, restore):
         candidates = [s for s in reversed(self.steps()) if step is None or s <= step]
         for candidate in candidates:
             try:
-                restored = self.manager.restore(candidate, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-                if restored.meta["digest"] != state_digest(restored.state):
-                    raise ValueError("its bytes do not match the digest saved with it")
-                return restored.state, candidate
+                return restore(candidate), candidate
             except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
                 print(f"attnjax: checkpoint {candidate} in {self.manager.directory} is unusable "
                       f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); "

@@ -3,7 +3,7 @@ without touching this process's, and never overrides a level someone chose."""
 
 import os
 
-from attnjax.quick_compile import QUICK_COMPILE, quick_compile_flags, quick_compiling_workers
+from attnjax.compilation import QUICK_COMPILE, quick_compile_flags, quick_compiling_workers
 
 
 def test_flags_are_added_once_and_a_chosen_level_is_kept():

@@ -1,0 +1,53 @@
+"""How attnjax compiles: JAX's persistent compilation cache, and XLA's CPU backend at
+optimisation level 1 for processes that compile many small programs and train each briefly
+(the claims audit's workers, the test suite).
+
+Level 1 compiles a small training program in about half the time of the default level,
+trains as fast, and gives bit-identical losses: without fast-math, LLVM does not reorder
+floating-point arithmetic at any level. XLA reads its flags once, when the backend starts, so
+they must be in ``XLA_FLAGS`` before a process first computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import jax
+
+QUICK_COMPILE = "--xla_backend_optimization_level=1"
+
+
+def quick_compile_flags(flags: str | None) -> str:
+    """``flags`` (an ``XLA_FLAGS`` value) with ``QUICK_COMPILE`` added, unless they already
+    choose a level."""
+    flags = flags or ""
+    if "xla_backend_optimization_level" in flags:
+        return flags
+    return f"{flags} {QUICK_COMPILE}".strip()
+
+
+@contextlib.contextmanager
+def quick_compiling_workers():
+    """Processes started inside compile with ``quick_compile_flags`` of this one's
+    ``XLA_FLAGS``; this process's own environment is restored after."""
+    saved = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = quick_compile_flags(saved)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = saved
+
+
+def enable_compile_cache():
+    """JAX's persistent compilation cache, so a second invocation skips compilation. Directory:
+    ``$ATTNJAX_COMPILE_CACHE`` (empty: off), default ``~/.cache/attnjax/xla``; a directory
+    already set through ``JAX_COMPILATION_CACHE_DIR`` is kept."""
+    path = os.environ.get("ATTNJAX_COMPILE_CACHE", str(Path.home() / ".cache/attnjax/xla"))
+    if path and not jax.config.jax_compilation_cache_dir:   # JAX_COMPILATION_CACHE_DIR wins
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -1,0 +1,166 @@
+"""The model's configs: the attention module's slots, the position encoding, the model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from attnjax.config.fields import RATE, Validated, choice, field, number, when
+from attnjax.config.kernel import kernel_request
+from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
+from attnjax.ops.positions import ROPE_SCHEDULES
+from attnjax.registry import DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
+
+ADDED_NORMS = ("none", "layer", "unit")   # see attnjax.nn.transformer.added_positions
+SCALED_INITS = ("normal", "xavier_uniform")   # the INITS that read their <name>_init_scale
+PADDED = ("left", "right")                    # data.padding values that pad examples
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig(Validated):
+    """The attention module's slots (see docs/ARCHITECTURE.md and ``attnjax.nn.slots``)."""
+    PATH = "model.attention"
+    KINDS = (("kernel", KERNELS, "settings"), ("qk_norm", QK_NORMS, "reads"),
+             ("dropout", DROPOUTS, "reads"))
+    num_heads: int = number(4, ge=1)
+    num_kv_heads: int | None = number(None, ge=1)   # None = num_heads (MHA); 1 = MQA; else GQA
+    head_dim: int | None = number(None, ge=1)       # None = d_model // num_heads
+    kernel: str = choice("reference", KERNELS)
+    block_q: int | None = number(None, ge=1)        # chunked / triangular blocks (None: default)
+    block_k: int | None = number(None, ge=1)
+    fused_qkv: bool = True
+    use_bias: bool = False
+    qk_norm: str = choice("none", QK_NORMS)         # kappa: fixed RMS sqrt(qk_kappa)
+    qk_kappa: float = number(1.0, gt=0, argument=1.0)
+    scale: str = choice("inv_sqrt_d", SCALES)
+    scale_multiplier: float = number(1.0, gt=0, argument=1.0)   # logits *= multiplier * policy
+    logit_soft_cap: float | None = number(None, gt=0)
+    sink: str = choice("none", SINKS)
+    dropout: str = choice("none", DROPOUTS)
+    dropout_rate: float = number(0.0, ge=0, lt=1, argument=RATE)
+    window: int | None = number(None, ge=1)         # each query sees its last `window` keys
+    # False: no causal mask (e.g. padding mask in its place)
+    causal: bool = field(True, read_when=when(
+        "window", None, why="a window, window - 1 keys back and none ahead, is causal itself"))
+    # padded data: pads hidden; False keeps them visible
+    key_padding_mask: bool = field(True, read_when=when("data.padding", *PADDED))
+    # settings of kernel='masked_fill' (PyTorch-style masking; see attnjax.ops.masked_fill)
+    mask_fill: float | None = number(None, le=0, infinite=True)   # None: finfo.min; -inf ok
+    mask_mode: Literal[MASK_MODES] = "select"       # where(mask, s, fill) or s + (1-mask) fill
+    logits_dtype: Literal[LOGITS_DTYPES] = "float32"  # "input": float16 logits may overflow
+    mask_after_softmax: bool = False                # softmax over all keys, then times the mask
+    # key j visible iff j <= i + causal_offset
+    causal_offset: int = number(0, read_when=when("causal", True))
+    knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
+    # initialisation of each projection (INITS: default, zeros, normal, xavier_uniform); the
+    # scale is normal's std or xavier_uniform's gain
+    q_init: str = choice("default", INITS)
+    k_init: str = choice("default", INITS)
+    v_init: str = choice("default", INITS)
+    o_init: str = choice("default", INITS, read_when=when("output_projection", "dense"))
+    q_init_scale: float = number(1.0, gt=0, read_when=when("q_init", *SCALED_INITS))
+    k_init_scale: float = number(1.0, gt=0, read_when=when("k_init", *SCALED_INITS))
+    v_init_scale: float = number(1.0, gt=0, read_when=when("v_init", *SCALED_INITS))
+    o_init_scale: float = number(1.0, gt=0, read_when=when("o_init", *SCALED_INITS))
+    # head shapes (see attnjax.nn.attention): the value's width (None = head_dim); the output
+    # projection: dense (trained W_o), none (heads concatenated into the residual; needs
+    # num_heads * value_head_dim = d_model), frozen (a fixed random orthogonal W_o, never
+    # trained); one matmul per head for q, k and v (needs fused_qkv=False)
+    value_head_dim: int | None = number(None, ge=1)
+    output_projection: Literal["dense", "none", "frozen"] = "dense"
+    per_head_projections: bool = False
+
+    def _validate(self):
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            self._fail("num_kv_heads", f"={self.num_kv_heads} must divide "
+                       f"num_heads={self.num_heads}")
+        if self.dropout != "none" and self.dropout_rate == 0.0:
+            self._fail("dropout_rate", f"is 0 but dropout={self.dropout!r}; set a rate or "
+                       "dropout='none'")
+        if self.per_head_projections and self.fused_qkv:
+            self._fail("per_head_projections", "=True needs fused_qkv=False (it splits the "
+                       "separate q, k, v projections into one matmul per head)")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionConfig(Validated):
+    """Which position encoding, and its settings. ``kind`` is a name in ``POSITIONS``."""
+    PATH = "model.position"
+    KINDS = (("kind", POSITIONS, "reads"),)
+    kind: str = choice("rope", POSITIONS)
+    rope_base: float = number(10000.0, gt=1)
+    rope_fraction: float = number(1.0, gt=0, le=1)  # fraction of head_dim that rotates
+    rope_scaling: Literal[ROPE_SCHEDULES] = "default"
+    # s = L_eval / L_train, and L_train (None: max_length), of the schedules that read them
+    rope_scale: float = number(1.0, ge=1, read_when=when("rope_scaling", "linear", "ntk", "yarn"))
+    train_length: int | None = number(None, ge=1,
+                                      read_when=when("rope_scaling", "dynamic_ntk", "yarn"))
+    t5_num_buckets: int = number(32, ge=2)
+    t5_max_distance: int = number(128, ge=2)
+    learned_interpolate: bool = False               # learned table stretched to longer inputs
+    added_scale: float = number(1.0, gt=0, argument=1.0)   # x the added absolute embedding
+    added_norm: Literal[ADDED_NORMS] = "none"       # the added embedding normalised first
+
+    def _validate(self):
+        if self.kind == "t5" and self.t5_max_distance <= self.t5_num_buckets // 2:
+            self._fail("t5_max_distance", f"={self.t5_max_distance} must exceed half of "
+                       f"t5_num_buckets={self.t5_num_buckets} (the exact buckets)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Validated):
+    """A decoder-only language model."""
+    PATH = "model"
+    vocab_size: int = number(256, ge=1)
+    d_model: int = number(128, ge=1)
+    num_layers: int = number(4, ge=1)
+    max_length: int = number(256, ge=1)
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    mlp_ratio: float = number(4.0, gt=0)
+    norm: Literal["layer", "rms"] = "layer"
+    norm_position: Literal["pre", "post"] = "pre"
+    residual_dropout: float = number(0.0, ge=0, lt=1, argument=RATE)
+    tie_embeddings: bool = True
+    embed_init_std: float = number(0.02, gt=0)      # token embeddings ~ N(0, std^2)
+    embed_scale: float | None = number(None, gt=0)  # tokens x this; None: the encoding's default
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
+    attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
+    position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
+
+    def _validate(self):
+        att = self.attention
+        if att.head_dim is None and self.d_model % att.num_heads:
+            self._fail("d_model", f"={self.d_model} is not divisible by "
+                       f"attention.num_heads={att.num_heads} (or set attention.head_dim)")
+        if att.output_projection == "none" and att.num_heads * self.value_head_dim != self.d_model:
+            self._fail("attention.output_projection", f"='none' needs num_heads * value_head_dim "
+                       f"= d_model, got {att.num_heads} * {self.value_head_dim} != "
+                       f"{self.d_model}; choices: dense, none, frozen")
+        kernel_request(self)
+        self.check_lengths(())
+        for pair in att.knockout:
+            if (len(pair) != 2 or not 0 <= pair[0] < self.num_layers
+                    or not 0 <= pair[1] < att.num_heads):
+                self._fail("attention.knockout", f"entry {list(pair)} must be [layer, head] with "
+                           f"0 <= layer < num_layers={self.num_layers} and 0 <= head < "
+                           f"num_heads={att.num_heads}")
+
+    def check_lengths(self, lengths):
+        """Raise if the position encoding cannot honour inputs of these lengths."""
+        position = POSITIONS.get(self.position.kind)
+        if position.check is not None:
+            position.check(self, tuple(lengths))
+
+    @property
+    def head_dim(self) -> int:
+        """``attention.head_dim``, or ``d_model // num_heads`` when it is not set."""
+        return self.attention.head_dim or self.d_model // self.attention.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """``attention.value_head_dim``, or the key/query ``head_dim`` when it is not set."""
+        return self.attention.value_head_dim or self.head_dim
