@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check attnjax tests experiments benchmarks
+	$(BIN)/ruff check attnjax tests experiments
 
 demo: $(STAMP)
 	$(BIN)/attnjax sweep experiments/demo.py --workdir runs/demo-sweep --launcher vmap

@@ -11,11 +11,11 @@ import jax
 import numpy as np
 import pytest
 
-from attnjax import bench
-from attnjax.bench import model_flops_per_token, run_flops
-from attnjax.bench_generate import run_generate_benchmark
-from attnjax.bench_memory import train_step_memory
-from attnjax.bench_startup import run_startup_benchmark
+from attnjax.bench.attention import run_attention_benchmark
+from attnjax.bench.flops import model_flops_per_token, run_flops
+from attnjax.bench.generate import run_generate_benchmark
+from attnjax.bench.memory import train_step_memory
+from attnjax.bench.startup import run_startup_benchmark
 from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
 from attnjax.nn import DecoderLM
@@ -27,8 +27,8 @@ from helpers import TINY_INDUCTION, run_cli, tiny_config
 
 def test_attention_benchmark_measures_the_requested_dtype(tmp_path, capsys):
     out = tmp_path / "attention.json"
-    rows = bench.run(lengths=[32], kernels=["reference", "chunked"], out=str(out),
-                     dtype="bfloat16", heads=2, head_dim=8)
+    rows = run_attention_benchmark(lengths=[32], kernels=["reference", "chunked"], out=str(out),
+                                   dtype="bfloat16", heads=2, head_dim=8)
     written = json.loads(out.read_text())["rows"]
     assert [r["kernel"] for r in written] == ["reference", "chunked"] == [r["kernel"] for r in rows]
     assert all(r["dtype"] == "bfloat16" and r["length"] == 32 for r in written)
@@ -197,7 +197,7 @@ def test_sweep_benchmark_times_each_launcher_and_the_runs_agree(tmp_path, capsys
 
 
 def test_run_flops_count_training_and_every_evaluated_token_by_hand():
-    """``bench.run_flops``: ``steps B T f(T)`` trained plus, per evaluation, a third of
+    """``bench.flops.run_flops``: ``steps B T f(T)`` trained plus, per evaluation, a third of
     ``f(n)`` for each of ``eval_batches x eval_batch_size x n`` tokens at every length n, with
     ``f(n) = 6 N + 12 L d n`` (``model_flops_per_token`` at context n)."""
     config = apply_overrides(tiny_config(TINY_INDUCTION), {

@@ -1,18 +1,19 @@
-"""The plain Flax peer of ``attnjax bench train`` is the same model: equal parameter counts
-per setting, and it learns; ``peer_comparison`` reports the two throughputs and their ratio."""
+"""The plain Flax peer of ``attnjax bench train`` (``attnjax.bench.peer_gpt``) is the same
+model: equal parameter counts per setting, and it learns; ``peer_comparison``
+(``attnjax.bench.peer``) reports the two throughputs and their ratio."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnjax.bench import train_settings
-from attnjax.bench_peer import ROUNDS, load_peer, peer_comparison
+from attnjax.bench import peer_gpt as PEER
+from attnjax.bench.peer import ROUNDS, peer_comparison
+from attnjax.bench.train import train_settings
 from attnjax.data.text import read_bytes
 from attnjax.train.state import init_params
 from helpers import TINY_TEXT, tiny_config
 
-PEER = load_peer()
 count = lambda tree: sum(x.size for x in jax.tree_util.tree_leaves(tree))
 
 

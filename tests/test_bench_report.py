@@ -3,7 +3,7 @@ its section with the machine it ran on, its table (values as measured) and its p
 
 import json
 
-from attnjax.bench_report import performance_markdown, table
+from attnjax.bench.report import performance_markdown, table
 
 
 def test_table_formats_values_and_leaves_missing_cells_blank():

@@ -1,12 +1,14 @@
 """The command line speaks to researchers: every command, option and positional has a help
 line, choices come from the registries, ``--version`` works, and bad input is answered with
-exit status 2, all in process (``attnjax.cli.main``)."""
+exit status 2, all in process (``attnjax.cli.main``). The exact help texts are in
+``test_cli_help.py``, the length of the package's functions in ``test_cli_functions.py``."""
 
 import argparse
 import sys
 from importlib import metadata
 
 from attnjax import cli
+from attnjax.cli import sweep as sweep_commands
 from attnjax.registry import KERNELS, LAUNCHERS
 from helpers import run_cli
 
@@ -121,7 +123,7 @@ def test_an_interrupted_command_says_how_to_resume_and_exits_130(monkeypatch, ca
     line, not a traceback."""
     def interrupted(args):
         raise KeyboardInterrupt("signal SIGTERM")
-    monkeypatch.setattr(cli, "_sweep_status", interrupted)
+    monkeypatch.setattr(sweep_commands, "_sweep_status", interrupted)
     code, out, err = run_cli(capsys, "sweep-status", "runs/anything")
     assert code == 130 and out == ""
     assert err == ("attnjax: interrupted (signal SIGTERM); what was running saved a checkpoint: "

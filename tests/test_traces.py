@@ -45,7 +45,7 @@ def traces(monkeypatch):
             return factory(config, *args, **kwargs)
         return make
 
-    for module, cache in ((parallel, "_program"), (loop, "_compiled_eval_step"),
+    for module, cache in ((parallel, "_program"), (loop, "compiled_eval_step"),
                           (loop, "_compiled_diagnostics")):
         cached = getattr(module, cache)
         monkeypatch.setattr(module, cache, functools.lru_cache(cached.cache_info().maxsize)(
@@ -73,7 +73,7 @@ def test_runs_of_one_structure_trace_once_and_another_structure_again(tmp_path, 
     assert parallel._program.cache_info().misses == 1
     program = parallel._program(hyper.structure(configs[0]), tuple(jax.devices()), None)
     assert program._cache_size() == 1
-    assert loop._compiled_eval_step(hyper.structure(configs[0]), None, False)._cache_size() == 1
+    assert loop.compiled_eval_step(hyper.structure(configs[0]), None, False)._cache_size() == 1
 
     # another structure (more heads) is another program: traced again, once
     other = tiny_config(BASE, **OTHER_STRUCTURE)

@@ -31,6 +31,7 @@ import re
 import statistics
 from pathlib import Path
 
+from attnjax.analysis import sweep_plots
 from attnjax.experiment import load_experiment
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.spec import run_name
@@ -477,8 +478,6 @@ def _markdown(sweep: dict, images: list[Path]) -> str:
 
 
 def _plot_all(sweep: dict, out_dir: Path) -> list[Path]:
-    from attnjax.analysis import sweep_plots
-
     axes, groups = configurations(sweep)
     short = short_names(axes)
     images = []

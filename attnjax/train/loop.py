@@ -105,7 +105,7 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
     config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
     structure = hyper.structure(config.evaluated())
-    step = (_compiled_eval_step(structure, group, train_mode) if strided is None
+    step = (compiled_eval_step(structure, group, train_mode) if strided is None
             else _compiled_strided_step(structure, group, train_mode, strided))
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
@@ -138,7 +138,7 @@ def _over_chunks(eval_step):
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_eval_step(structure: Config, group, train_mode: bool):
+def compiled_eval_step(structure: Config, group, train_mode: bool):
     """One jitted evaluation (``_over_chunks`` of ``make_eval_step``) per structure, so
     evaluations do not recompile (one executable per length)."""
     return _with_values(lambda config: _over_chunks(make_eval_step(config, train_mode)),
@@ -147,7 +147,7 @@ def _compiled_eval_step(structure: Config, group, train_mode: bool):
 
 @functools.lru_cache(maxsize=16)
 def _compiled_strided_step(structure: Config, group, train_mode: bool, strided: tuple):
-    """``_compiled_eval_step`` over windows: ``strided`` = ``(window, stride, score_last)``
+    """``compiled_eval_step`` over windows: ``strided`` = ``(window, stride, score_last)``
     of ``make_strided_eval_step``."""
     make = lambda config: _over_chunks(make_strided_eval_step(config, *strided,
                                                               train_mode=train_mode))

@@ -3,7 +3,7 @@ rate.
 
 Measure: S-text at width 96 (``model.d_model=96``, 2 layers) with 12 heads (head_dim 8) and 6
 heads (head_dim 16). (a) The peak memory of one compiled training step
-(``attnjax.bench_memory.train_step_memory``: arguments + outputs - donated + temporaries, from
+(``attnjax.bench.memory.train_step_memory``: arguments + outputs - donated + temporaries, from
 XLA's buffer assignment; compiled, not run), batch 16, at L = 64 and L = 128 (the regimes;
 ``data.length`` = ``model.max_length`` = L); reduction = 1 - peak(6) / peak(12). (b) Seeds 0
 and 1, **300 steps** (cut for the budget), L = 64: error = 1 - validation accuracy (next-byte
@@ -21,7 +21,7 @@ Cost (unit: one S-text arm, both seeds, 600 steps): 2 arms at width 96, 300 step
 
 from attnjax.audit import holds, over_regimes, over_seeds
 from attnjax.audit.settings import get_config, with_seeds
-from attnjax.bench_memory import train_step_memory
+from attnjax.bench.memory import train_step_memory
 from attnjax.config import apply_overrides
 
 ID = "HD2"

@@ -7,8 +7,8 @@ sizes are interleaved, against the noise of a shared machine): lengths n = 256, 
 2048, 4096 at head_dim 32, and head_dim 16, 32, 64, 128 at n = 2048. Deviations from
 ``attnjax bench attention --kernels reference --head-dim 32``, for the 2-core budget: one
 head instead of 4 (the exponents do not depend on the head count) and the forward only
-(``bench.measure`` always also compiles and times the gradient, ~60 s at n = 4096 with 4
-heads here). Slopes are least-squares slopes of log time on log n (log head_dim).
+(``bench.attention.measure`` always also compiles and times the gradient, ~60 s at n = 4096
+with 4 heads here). Slopes are least-squares slopes of log time on log n (log head_dim).
 
 Regimes for the n slope: n <= 512 (256 -> 512) and the top two lengths (2048 -> 4096); the
 d slope (all four head dims) is part of the criterion in both, so a d slope out of range

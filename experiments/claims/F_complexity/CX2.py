@@ -4,11 +4,11 @@ so the gradient needs about twice the forward's n^2 memory.
 Measure: XLA's temporary buffer size (``memory_analysis().temp_size_in_bytes``, MB) of the
 compiled causal forward of attnjax's ``reference`` kernel and of the compiled gradient of
 ``sum(attention(q, k, v)^2)`` w.r.t. q, k, v — the two programs ``attnjax bench attention``
-measures (``bench.measure``: batch 1, 4 heads, head_dim 32, float32) — at n = 1024, 2048,
-4096. Only compiled (``attnjax.bench_memory.buffer_memory``: machine code unoptimised, the
-same buffers), not run: ``bench.measure`` would also time both programs (~60 s at
-n = 4096 here), and memory needs no run. Least-squares fit of a n^2 + b n to each memory
-series; the criterion is on a_grad / a_forward.
+measures (``bench.attention.measure``: batch 1, 4 heads, head_dim 32, float32) — at n =
+1024, 2048, 4096. Only compiled (``attnjax.bench.memory.buffer_memory``: machine code
+unoptimised, the same buffers), not run: ``bench.attention.measure`` would also time both
+programs (~60 s at n = 4096 here), and memory needs no run. Least-squares fit of a n^2 + b n
+to each memory series; the criterion is on a_grad / a_forward.
 
     attnjax audit experiments/claims --workdir runs/claims --only CX2
 """
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from attnjax.audit import holds
-from attnjax.bench_memory import buffer_memory
+from attnjax.bench.memory import buffer_memory
 from attnjax.ops import dot_product_attention
 
 ID = "CX2"
@@ -28,7 +28,8 @@ LENGTHS, HEADS, HEAD_DIM = (1024, 2048, 4096), 4, 32
 
 
 def temp_mb(kernel: str, length: int) -> dict:
-    """Temporary MB of the compiled forward and gradient (``bench.measure``'s programs)."""
+    """Temporary MB of the compiled forward and gradient (``bench.attention.measure``'s
+    programs)."""
     x = jax.ShapeDtypeStruct((1, length, HEADS, HEAD_DIM), np.float32)
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True,
                                                    implementation=kernel)

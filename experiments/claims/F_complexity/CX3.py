@@ -3,7 +3,7 @@ n^2 attention scores dominate training memory, not the parameters.
 
 Measure: the peak memory of one compiled S-wide training step (width 128, 4 layers, 8 heads of
 head_dim 16, attnjax's default reference kernel, float32;
-``attnjax.bench_memory.train_step_memory``: arguments + outputs - donated + temporaries, from
+``attnjax.bench.memory.train_step_memory``: arguments + outputs - donated + temporaries, from
 XLA's buffer assignment, compiled with unoptimised machine code and not run) at (n, B) and (2n,
 B/2), same tokens per batch, ``data.length`` = ``model.max_length``; and the parameters +
 optimizer state (AdamW: two moments) as a share of the larger peak. Regimes: n = 128 (B 32 ->
@@ -17,7 +17,7 @@ core (2 s of tracing, 6 s of XLA).
 
 from attnjax.audit import over_regimes
 from attnjax.audit.settings import S_WIDE, get_config
-from attnjax.bench_memory import train_step_memory
+from attnjax.bench.memory import train_step_memory
 from attnjax.config import apply_overrides
 
 ID = "CX3"

@@ -13,7 +13,7 @@ reference's 3.8e-7).
 
 (b), (c) XLA's temporary memory of the compiled gradient of ``sum(attention^2)`` (the program
 of ``attnjax bench attention``: causal, batch 1, 4 heads, head_dim 32, float32; compiled only,
-by ``attnjax.bench_memory.buffer_memory``, not run) of the ``chunked`` kernel (blocks of
+by ``attnjax.bench.memory.buffer_memory``, not run) of the ``chunked`` kernel (blocks of
 512, its default when this was published; ``BLOCKS``) and of the ``linear`` kernel at the
 ends of the range, n = 1024 and 8192: slope log(m_8192 / m_1024) / log 8 (each compilation
 costs 2-3 s of CPU here, so the lengths between are left out; the slopes through 1024, 2048,
@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from attnjax.audit import holds, untestable
-from attnjax.bench_memory import buffer_memory
+from attnjax.bench.memory import buffer_memory
 from attnjax.ops import dot_product_attention
 from attnjax.parity import kernel_errors, parity_settings
 
@@ -47,7 +47,7 @@ BLOCKS = {"chunked": {"block_q": 512, "block_k": 512}, "linear": {}}
 
 
 def grad_temp_mb(kernel: str, length: int) -> float:
-    """Temporary MB of the compiled gradient of ``bench.measure``'s program (not run)."""
+    """Temporary MB of the compiled gradient of ``bench.attention.measure``'s program (not run)."""
     x = jax.ShapeDtypeStruct((1, length, HEADS, HEAD_DIM), np.float32)
     attend = lambda q, k, v: dot_product_attention(q, k, v, is_causal=True,
                                                    implementation=kernel, **BLOCKS[kernel])

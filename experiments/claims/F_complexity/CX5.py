@@ -2,7 +2,7 @@
 (b) with a KV cache each step takes about constant time.
 
 Measure: the S-text model (width 64, 2 layers, 4 heads, RoPE), randomly initialised (time does
-not depend on the weights), batch 1, the programs ``attnjax.bench_generate`` times: (a) one
+not depend on the weights), batch 1, the programs ``attnjax.bench.generate`` times: (a) one
 full forward over n tokens to the last position's logits, n = 128, 256, 512, 1024 (cache-less
 generation of n tokens costs n x that forward); its log-log slope in n, least squares, in the
 regimes n <= 512 (128, 256, 512) and the top two n (512, 1024). (b) The cached decoding step of
@@ -19,7 +19,7 @@ apart, as a 0.7 ms step timed right after a 0.4 s forward ran several times slow
 The evidence gives each block's growth too: the max_length = t layout's growth is near its
 limit here (x1.38 to x1.74 over six earlier runs on this host, 30 to 1000 rounds each), so its
 verdict moves with the machine's load, and the evidence says so when the blocks straddle it.
-``bench_generate.generation_timing`` times one program after the other, and on this shared
+``bench.generate.generation_timing`` times one program after the other, and on this shared
 machine its two timings of the same step program (t = 16 and t = 1024 on the 1024-slot cache,
 which do the same work) differed 2.8x.
 

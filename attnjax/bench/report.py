@@ -53,7 +53,7 @@ SECTIONS = {
                    ("gradient memory vs reference", "grad_mem_vs_reference")]),
     "train": ("Training throughput and the framework tax", "Tokens per second of the compiled "
               "training loop, model-FLOPs utilisation against a matmul peak measured in the "
-              "same run, and at 10 steps per dispatch the plain Flax peer's (benchmarks/"
+              "same run, and at 10 steps per dispatch the plain Flax peer's (attnjax/bench/"
               "peer_gpt.py) tokens per second: `peer_ratio` = attnjax / peer, the median of "
               "alternating rounds that time both (lowest and highest round beside it).",
               [("setting", "setting"), ("kernel", "kernel"),

@@ -1,11 +1,12 @@
-"""How many tokens one forward pass of an evaluation should hold.
+"""Evaluation passes (``attnjax bench eval``): how many tokens one forward pass of an
+evaluation should hold.
 
 The evaluation (``attnjax.train.loop``) scores every batch of a length in one dispatch, as
 forward passes of ``eval_chunk_rows`` sequences run one after another. This benchmark times
 that same compiled program with passes of other sizes over the same sequences: forward tokens
-per second against tokens per pass, and which size the rule picks. On 2 CPU cores the
-throughput falls by a quarter to a half once a pass holds 4096 tokens or more (its activations
-no longer stay in cache), which is why the rule caps a pass at ``EVAL_CHUNK_TOKENS``.
+per second against tokens per pass, and which size the rule picks. A pass whose activations
+no longer stay in cache is slower per token, which is why the rule caps a pass at
+``EVAL_CHUNK_TOKENS``; the measured throughputs are in docs/PERFORMANCE.md (``eval.json``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.bench import median_seconds, write_json
+from attnjax.bench.common import median_seconds, write_json
 from attnjax.config import Config
 from attnjax.data import load_dataset
 from attnjax.train import hyper, loop
@@ -30,7 +31,7 @@ def eval_throughput(config: Config, tokens_per_pass=(256, 512, 1024, 2048, 4096,
     dataset, params = load_dataset(config.data), init_state(config).params
     batch = jax.tree_util.tree_map(np.asarray, dataset.batch(config.seed, 0, sequences, length,
                                                              "val"))
-    step = loop._compiled_eval_step(hyper.structure(config.evaluated()), None, False)
+    step = loop.compiled_eval_step(hyper.structure(config.evaluated()), None, False)
     values = hyper.as_arrays([config], stacked=False)
     chosen = loop.eval_chunk_rows(config.train.eval_batch_size, length)
     rows = []

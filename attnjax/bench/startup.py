@@ -1,4 +1,5 @@
-"""Per-run overhead, and what JAX's persistent compilation cache saves.
+"""Per-run overhead (``attnjax bench startup``), and what JAX's persistent compilation cache
+saves.
 
 The same run is trained twice, each time by a new ``attnjax train`` process into a new run
 directory, both processes sharing one compilation cache that starts empty. Per process: its
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnjax.bench import write_json
+from attnjax.bench.common import write_json
 from attnjax.rundir import RunDir
 from attnjax.train.loop import PHASES
 

@@ -1,4 +1,5 @@
-"""Generation timed with and without the KV cache (claim CX5).
+"""Decoding (``attnjax bench generate``): generation timed with and without the KV cache
+(claim CX5).
 
 - ``cached`` rows: the time of one decoding step, ``attnjax.generate.decode_step`` (the step
   ``sample`` runs), for the ``t``-th token: ``t - 1`` tokens are in the cache (prefilled in one
@@ -11,9 +12,9 @@
 - ``loop`` rows: the seconds per token of a whole greedy generation of ``tokens`` tokens
   after a ``prompt``-token prompt into a cache of ``max_length`` slots, for a batch of prompts,
   two ways: ``python``, the prompt in one call and then one jitted one-token step per token,
-  each token brought back to the host to be fed to the next step (how ``attnjax generate``
-  ran before it was compiled whole), and ``compiled``, ``attnjax.generate.generate`` (one
-  dispatch for the whole generation).
+  each token brought back to the host to be fed to the next step (a decoding loop written in
+  Python), and ``compiled``, ``attnjax.generate.generate`` (one dispatch for the whole
+  generation).
 
 Times are medians of ``repeats`` calls after a warm-up call (compilation excluded), each
 waited for; parameters are a random initialisation (time does not depend on their values).
@@ -22,11 +23,10 @@ waited for; parameters are a random initialisation (time does not depend on thei
 from __future__ import annotations
 
 import jax
-
-from attnjax.bench import median_seconds, write_json
-from attnjax.config import Config, apply_overrides
 import numpy as np
 
+from attnjax.bench.common import median_seconds, write_json
+from attnjax.config import Config, apply_overrides
 from attnjax.generate import decode_step, empty_cache, generate, next_tokens
 from attnjax.nn import DecoderLM
 from attnjax.train.state import init_params

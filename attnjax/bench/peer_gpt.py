@@ -1,5 +1,6 @@
-"""A plain JAX/Flax GPT, written the way a careful user would write it without attnjax: the
-peer ``attnjax bench train`` measures attnjax's training loop against (``peer_ratio``).
+"""A plain JAX/Flax GPT, written the way a careful user would write it without attnjax (it
+imports nothing from attnjax): the peer ``attnjax bench train`` measures attnjax's training
+loop against (``peer_ratio``, ``attnjax.bench.peer``).
 
 Same shape and training as attnjax's default decoder with learned positions: token embedding
 plus a learned position table, pre-norm blocks of ``nn.MultiHeadDotProductAttention`` (causal
@@ -91,9 +92,9 @@ def train_loop(corpus: np.ndarray, *, d_model: int, num_layers: int, num_heads: 
                total_steps: int = 1000, warmup: int = 100, learning_rate: float = 1e-3,
                vocab_size: int = 256, seed: int = 0):
     """``advance(calls) -> (seconds, last loss)``: the peer's compiled training loop, compiled
-    and warmed up by one dispatch (as ``attnjax.bench.train_loop``), running ``calls`` more
-    dispatches of ``steps_per_dispatch`` steps on the state it keeps, the learning-rate
-    schedule running over ``total_steps``."""
+    and warmed up by one dispatch (as ``attnjax.bench.throughput.train_loop``), running
+    ``calls`` more dispatches of ``steps_per_dispatch`` steps on the state it keeps, the
+    learning-rate schedule running over ``total_steps``."""
     model = GPT(vocab_size, d_model, num_layers, num_heads, length)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, length), jnp.int32))["params"]
     tx = make_optimizer(total_steps, warmup, learning_rate)

@@ -1,4 +1,5 @@
-"""The compiled memory of a training step (claims HD2, CX3), without running it.
+"""Training-step memory (``attnjax bench memory``): the compiled memory of a training step
+(claims HD2, CX3), without running it.
 
 ``train_step_memory(config)`` lowers and compiles the program ``attnjax train`` dispatches for
 the config (``train.parallel.Runner``: the train step of ``train.step``, jit over the device
@@ -17,9 +18,8 @@ config's batch and length, and reads XLA's memory analysis of it:
 (``BUFFERS_ONLY``): for a program that is measured and never run. XLA's
 ``xla_backend_optimization_level`` chooses only LLVM's code-generation level; the buffer
 assignment is made before, from the HLO, so every byte count but ``code_bytes`` is the same
-(``tests/test_bench.py`` checks), and XLA:CPU compiles an S-wide training step faster: on one
-core about 6 s, against 7-10 s at level 1 (``attnjax.quick_compile``) and 12-14 s at the
-default level.
+(``tests/test_bench.py`` checks), and XLA:CPU compiles a training step faster at level 0 than
+at level 1 (``attnjax.compilation``) or at its default level.
 
 ``peak_bytes = argument_bytes + output_bytes - alias_bytes + temp_bytes``: the device memory
 one dispatch needs when every input, every output that is not a donated input, and the whole
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import jax
 
-from attnjax.bench import write_json
+from attnjax.bench.common import write_json
 from attnjax.config import Config
 from attnjax.data import load_dataset
 from attnjax.train import hyper

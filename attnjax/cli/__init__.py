@@ -1,0 +1,91 @@
+"""Command line: ``attnjax train | eval | generate | sweep | audit | sweep-status | report |
+attention | heads | recall | compare | info | bench``. The only package that parses argv: each
+module owns a group of commands, their parsers (``add_<command>``) and handlers, and this one
+assembles the top-level parser (``build_parser``) and dispatches (``main``). Bad input (a
+misspelled override, a wrong type, a missing file, an unwritable workdir) is one line on
+stderr and exit status 2, raised before anything compiles.
+
+Handlers import what they run (training, analysis, benchmarks) inside their bodies, so that
+building the parser for ``attnjax --help`` or a bad argument imports none of it
+(``tests/test_cli.py`` checks; ``attnjax bench startup`` measures the start-up): that is the
+only reason an import sits inside a function here.
+
+- ``arguments``: what the parsers share (``add_command``, ``--checkpoint``, registry choices)
+- ``train``: train, eval, generate
+- ``sweep``: sweep, sweep-status, report
+- ``audit``: audit
+- ``analysis``: attention, heads, recall, compare
+- ``info``: info
+- ``bench``: bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnjax.cli import analysis, audit, bench, info, sweep, train
+
+_DESCRIPTION = """\
+attnjax trains and analyses attention variants in JAX/Flax: pick attention kernels and position
+encodings by name in a config, train small decoder models, run ablation sweeps, and inspect what
+the trained heads do."""
+
+_EPILOG = """\
+examples:
+  attnjax train experiments/baseline.py --workdir runs/base
+  attnjax eval runs/base --lengths 64 128 256
+  attnjax sweep experiments/heads.py --workdir runs/heads --launcher vmap
+  attnjax report runs/heads
+
+KEY=VALUE overrides set dotted config fields, e.g. model.position.kind=alibi.
+"attnjax COMMAND --help" shows a command's options."""
+
+# the commands in the order ``attnjax --help`` lists them
+COMMANDS = (train.add_train, train.add_eval, train.add_generate, sweep.add_sweep,
+            audit.add_audit, sweep.add_sweep_status, sweep.add_report, analysis.add_attention,
+            analysis.add_heads, analysis.add_recall, analysis.add_compare, info.add_info,
+            bench.add_bench)
+
+
+def _version() -> str:
+    """The installed distribution's version, or the package's own if it is not installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("attnjax")
+    except metadata.PackageNotFoundError:
+        import attnjax
+        return attnjax.__version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnjax", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"attnjax {_version()}",
+                        help="print the attnjax version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     title="commands", help="what to do; 'attnjax COMMAND "
+                                     "--help' shows its options")
+    for add in COMMANDS:
+        add(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # KEY=VALUE overrides may also come after the options (``--workdir DIR k=v``)
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-")
+                                                    for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return args.run(args)
+    except (ValueError, FileNotFoundError) as error:  # bad input: one line, no traceback
+        print(f"attnjax: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as stop:      # Ctrl-C, or SIGTERM to a sweep or audit driver
+        print(f"attnjax: interrupted{f' ({stop})' if str(stop) else ''}; what was running "
+              "saved a checkpoint: rerun the same command to resume", file=sys.stderr)
+        return 130

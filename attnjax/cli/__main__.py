@@ -1,0 +1,8 @@
+"""``python -m attnjax.cli ARGS``: the command line, as the ``attnjax`` script runs it."""
+
+import sys
+
+from attnjax.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

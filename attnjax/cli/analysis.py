@@ -1,0 +1,137 @@
+"""``attnjax attention | heads | recall | compare``: what a trained run's heads do
+(``attnjax.analysis``)."""
+
+from __future__ import annotations
+
+from attnjax.cli.arguments import add_checkpoint, add_command
+
+
+def _attention(args) -> int:
+    from attnjax.analysis.heatmaps import write_attention_report
+    if args.text is not None and args.batch is not None:
+        raise ValueError("give --text or --batch, not both")
+    if args.draws is not None and not args.occlusion:
+        raise ValueError("--draws is read only with --occlusion")
+    print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
+                                 length=args.length, which=args.checkpoint,
+                                 overrides=args.overrides, occlusion=args.occlusion,
+                                 draws=8 if args.draws is None else args.draws))
+    extra = ", occlusion.png" if args.occlusion else ""
+    print(f"wrote heatmaps, grid.png{extra} and head_stats.md to {args.out}")
+    return 0
+
+
+def add_attention(commands) -> None:
+    attention = add_command(commands, "attention", "attention heatmaps of every layer and head "
+                            "on a probe input, a grid of all heads, and per-head statistics",
+                            "Run a trained model on a probe input and write one heatmap per "
+                            "layer and head, grid.png with every head, and head_stats.md/.csv "
+                            "(entropy, sink mass, previous-token and induction scores, ...).")
+    attention.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                           "'attnjax train'")
+    attention.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                           help="config overrides for this evaluation only, e.g. "
+                           "model.attention.scale_multiplier=1e-6")
+    attention.add_argument("--text", default=None,
+                           help="probe text for byte-level text runs, e.g. \"def main(argv):\"")
+    attention.add_argument("--batch", type=int, default=None, metavar="N",
+                           help="probe with N validation examples of the run's own data "
+                           "(default 4 if no --text)")
+    attention.add_argument("--length", type=int, default=None, metavar="N",
+                           help="probe length in tokens (default: the training length); "
+                           "longer shows the heads past it")
+    attention.add_argument("--out", required=True, metavar="DIR",
+                           help="directory to write the heatmaps and statistics into")
+    add_checkpoint(attention)
+    attention.add_argument("--occlusion", action="store_true",
+                           help="also rank the keys by occlusion (loss rise when a key token "
+                           "is replaced at random), plot it beside the last layer's weights in "
+                           "occlusion.png and print the median Spearman rho")
+    attention.add_argument("--draws", type=int, default=None, metavar="N",
+                           help="with --occlusion: random replacements per key (default: 8)")
+    attention.set_defaults(run=_attention)
+
+
+def _heads(args) -> int:
+    from attnjax.analysis.heads import write_head_report
+    print(write_head_report(args.workdir, args.out, which=args.checkpoint, steps=args.steps))
+    print(f"wrote knockout, importance, pruning and head-similarity tables and plots to "
+          f"{args.out}")
+    return 0
+
+
+def add_heads(commands) -> None:
+    heads = add_command(commands, "heads", "head knockout, gradient importance (Michel et al.) "
+                        "and the pruning curve", "Knock out one head at a time (loss change per "
+                        "head), compute gradient head importance (Michel et al.) and plot "
+                        "iterative pruning: loss against the fraction of heads removed.")
+    heads.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                       "'attnjax train'")
+    heads.add_argument("--out", required=True, metavar="DIR",
+                       help="directory to write the tables and plots into")
+    add_checkpoint(heads)
+    heads.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="points on the pruning curve (default: one per head, at most 10)")
+    heads.set_defaults(run=_heads)
+
+
+def _recall(args) -> int:
+    from attnjax.analysis.recall import write_recall_report
+    print(write_recall_report(args.workdir, args.out, which=args.checkpoint,
+                              buckets=args.buckets, batches=args.batches))
+    print(f"wrote recall.md, recall.csv and recall.png to {args.out}")
+    return 0
+
+
+def add_recall(commands) -> None:
+    recall = add_command(commands, "recall", "accuracy of a recall run (induction, mqar) by the "
+                         "distance between each query and the key it recalls", "Score a recall "
+                         "run's validation batches and bucket the scored targets by query-key "
+                         "distance (the query's position minus that of the earlier occurrence of "
+                         "its token that is followed by the answer): recall.md, recall.csv, "
+                         "recall.png.")
+    recall.add_argument("workdir", metavar="RUN_DIR", help="run directory of an induction or "
+                        "mqar run")
+    recall.add_argument("--out", required=True, metavar="DIR",
+                        help="directory to write the table and plot into")
+    recall.add_argument("--buckets", default="pow2", metavar="SPEC",
+                        help="distance buckets: pow2 (1, 2-3, 4-7, ...), a number N of "
+                        "equal-width buckets, or increasing edges e.g. 1,8,32,128 "
+                        "(default: %(default)s)")
+    recall.add_argument("--batches", type=int, default=None, metavar="N",
+                        help="validation batches to score (default: train.eval_batches)")
+    add_checkpoint(recall)
+    recall.set_defaults(run=_recall)
+
+
+def _compare(args) -> int:
+    from attnjax.analysis.compare import compare_runs, compare_sweep
+    if args.baseline is not None:
+        if args.run_b is not None:
+            raise ValueError("compare takes RUN_A RUN_B, or SWEEP_DIR --baseline RUN, not both")
+        print(compare_sweep(args.run_a, args.baseline, args.out, which=args.checkpoint))
+    elif args.run_b is None:
+        raise ValueError("compare needs RUN_A RUN_B, or SWEEP_DIR --baseline RUN")
+    else:
+        print(compare_runs(args.run_a, args.run_b, args.out, which=args.checkpoint))
+    return 0
+
+
+def add_compare(commands) -> None:
+    compare = add_command(commands, "compare", "compare two runs, or every run of a sweep with a "
+                          "baseline: config, parameters, attention, losses",
+                          "Compare RUN_A with RUN_B, or every run of SWEEP_DIR with --baseline: "
+                          "config difference, per-parameter relative L2 and cosine, "
+                          "Jensen-Shannon divergence of attention per layer and head, "
+                          "validation losses.")
+    compare.add_argument("run_a", metavar="RUN_A|SWEEP_DIR",
+                         help="first run directory, or a sweep directory (with --baseline)")
+    compare.add_argument("run_b", metavar="RUN_B", nargs="?", default=None,
+                         help="second run directory (omit with --baseline)")
+    compare.add_argument("--baseline", default=None, metavar="RUN",
+                         help="with SWEEP_DIR: the run every other run is compared with, a "
+                         "run name of the sweep (e.g. num_heads=4,seed=0) or a run directory")
+    compare.add_argument("--out", required=True, metavar="DIR",
+                         help="directory to write the comparison into")
+    add_checkpoint(compare)
+    compare.set_defaults(run=_compare)

@@ -1,0 +1,44 @@
+"""``attnjax info``: the registered kernels and position encodings, and the kernels' parity
+with a float64 NumPy oracle (``attnjax.parity``)."""
+
+from __future__ import annotations
+
+from attnjax.cli.arguments import add_command
+from attnjax.registry import KERNELS, POSITIONS
+
+
+def _info(args) -> int:
+    import jax
+
+    from attnjax.parity import parity_table
+
+    print(f"attnjax on jax {jax.__version__}, backend {jax.default_backend()}, "
+          f"{jax.device_count()} device(s)\n")
+    print("Attention kernels (attention.kernel):")
+    for name, spec in KERNELS.items():
+        kind = ("softmax, parity-checked" if spec.exact else
+                "different function" if spec.safe else "unsafe on purpose")
+        print(f"  {name:<11} {kind:<24} supports: {', '.join(sorted(spec.supports))}")
+    print("\nPosition encodings (position.kind):")
+    for name, entry in POSITIONS.items():
+        acts = [hook for hook in ("embed", "rotate", "bias") if getattr(entry, hook)] or ["-"]
+        print(f"  {name:<11} acts at: {', '.join(acts)}")
+    print("\nParity vs a float64 NumPy oracle (outputs and d/dq,k,v; max abs / max rel):")
+    header = (f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} "
+              f"{'grad abs':>9} {'grad rel':>9}")
+    print(header)
+    for row in parity_table(with_grads=not args.no_grads):
+        grads = (f"{row['grad_abs']:9.1e} {row['grad_rel']:9.1e}" if "grad_abs" in row else "")
+        print(f"  {row['kernel']:<10} {row['setting']:<12} {row['out_abs']:9.1e} "
+              f"{row['out_rel']:9.1e} {grads}", flush=True)
+    return 0
+
+
+def add_info(commands) -> None:
+    info = add_command(commands, "info", "list the registered attention kernels and position "
+                       "encodings, with a parity table of the kernels", "Show the JAX backend, "
+                       "every registered attention kernel and position encoding, and each "
+                       "kernel's error against a float64 NumPy oracle (outputs and gradients).")
+    info.add_argument("--no-grads", action="store_true",
+                      help="check the parity of outputs only, not of gradients (faster)")
+    info.set_defaults(run=_info)

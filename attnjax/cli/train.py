@@ -1,0 +1,148 @@
+"""``attnjax train | eval | generate``: train a run directory, evaluate its checkpoint, sample
+from it."""
+
+from __future__ import annotations
+
+from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command
+
+
+def _train(args) -> int:
+    from attnjax import distributed
+    cluster = distributed.cluster_from(args.coordinator, args.num_processes, args.process_id,
+                                       detect=args.distributed)
+    from attnjax.experiment import experiment_config
+    from attnjax.train import format_summary, train
+    from attnjax.compilation import enable_compile_cache
+    config = experiment_config(args.experiment, args.overrides)   # bad input fails first
+    distributed.initialize(cluster)
+    enable_compile_cache()
+    summary = train(config, args.workdir, progress=not args.no_progress)
+    if distributed.is_primary():
+        print(format_summary(summary))
+    return 0
+
+
+def add_train(commands) -> None:
+    train = add_command(commands, "train", "train an experiment's config into a run directory "
+                        "(rerun to resume)", "Train the config returned by EXPERIMENT.py's "
+                        "get_config() into --workdir. Rerunning the same command resumes from "
+                        "the latest checkpoint; a finished run is not trained again.")
+    train.add_argument("experiment", metavar="EXPERIMENT.py",
+                       help="experiment file defining get_config(), e.g. experiments/baseline.py")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES)
+    train.add_argument("--workdir", required=True, metavar="DIR",
+                       help="run directory for config.json, metrics.jsonl, TensorBoard events "
+                       "and checkpoints")
+    train.add_argument("--no-progress", action="store_true",
+                       help="do not show a progress bar (for logs and batch jobs)")
+    train.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="multi-process run: process 0's address, which every process "
+                       "names (or $ATTNJAX_COORDINATOR); see docs/CLUSTER.md")
+    train.add_argument("--num-processes", type=int, default=None, metavar="N",
+                       help="multi-process run: how many processes train the run together "
+                       "(or $ATTNJAX_NUM_PROCESSES)")
+    train.add_argument("--process-id", type=int, default=None, metavar="I",
+                       help="multi-process run: this process's index, 0 to N-1 (or "
+                       "$ATTNJAX_PROCESS_ID); process 0 writes the run directory")
+    train.add_argument("--distributed", action="store_true",
+                       help="multi-process run in a cluster JAX detects (SLURM's srun, Open "
+                       "MPI, a Cloud TPU pod slice, Kubernetes) instead of the three flags")
+    train.set_defaults(run=_train)
+
+
+def _eval(args) -> int:
+    from attnjax.config import apply_overrides
+    from attnjax.data import Dataset
+    from attnjax.rundir import RunDir
+    from attnjax.train import evaluate
+    from attnjax.train.strided import strided_options
+    run_dir = RunDir(args.workdir)
+    config, params, step = run_dir.params(args.checkpoint)
+    if args.overrides:
+        config = apply_overrides(config, args.overrides)
+    lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
+    strided = strided_options(config.data.length, args.window, args.stride, args.score_last)
+    windows = dict(zip(("window", "stride", "score_last"), strided or ()))
+    results = evaluate(config, params, Dataset(config.data), lengths, train_mode=args.train_mode,
+                       **windows)
+    mode = ", dropout on (--train-mode)" if args.train_mode else ""
+    if windows:
+        mode += (f", windows of {windows['window']} tokens every {windows['stride']}, each "
+                 f"after the first scoring its last {windows['score_last']} targets")
+    print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}{mode}")
+    print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
+    for length, r in results.items():
+        print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
+    run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
+                        "overrides": args.overrides, "train_mode": args.train_mode,
+                        **({"strided": windows} if windows else {}),
+                        "results": {str(k): v for k, v in results.items()}})
+    return 0
+
+
+def add_eval(commands) -> None:
+    evaluate = add_command(commands, "eval", "evaluate a trained run's checkpoint, e.g. at other "
+                           "lengths or with a RoPE scaling override", "Evaluate a run's "
+                           "checkpoint on validation data at one or more sequence lengths, "
+                           "optionally with config overrides (e.g. "
+                           "model.position.rope_scaling=yarn). Writes eval.json into the run "
+                           "directory.")
+    evaluate.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                          "'attnjax train'")
+    evaluate.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                          help="config overrides for evaluation only, e.g. "
+                          "model.position.rope_scale=4")
+    evaluate.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                          help="sequence lengths to evaluate at (default: the training length "
+                          "and data.eval_lengths)")
+    add_checkpoint(evaluate)
+    evaluate.add_argument("--train-mode", action="store_true",
+                          help="evaluate with dropout on, as the model trains (the gap to the "
+                          "default shows what dropout costs at evaluation)")
+    evaluate.add_argument("--stride", type=int, default=None, metavar="N",
+                          help="strided evaluation: score each sequence by windows of --window "
+                          "tokens starting every N tokens (default: the window, disjoint "
+                          "segments); N must divide length - window")
+    evaluate.add_argument("--window", type=int, default=None, metavar="W",
+                          help="strided evaluation: the tokens each window encodes, at "
+                          "positions 0..W-1 (default: the training length data.length)")
+    evaluate.add_argument("--score-last", type=int, default=None, metavar="K",
+                          help="strided evaluation: each window after the first scores its "
+                          "last K targets, the first all; K must equal --stride (default), "
+                          "so every target is scored once, as without windows")
+    evaluate.set_defaults(run=_eval)
+
+
+def _generate(args) -> int:
+    from attnjax.generate import sample
+    from attnjax.rundir import RunDir
+    config, params, _ = RunDir(args.workdir).params(args.checkpoint)
+    if config.data.task != "text":
+        raise ValueError("generate needs a byte-level text run (data.task='text')")
+    prompt = list(args.prompt.encode("utf-8"))
+    tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
+                    top_k=args.top_k, seed=args.seed)
+    print(args.prompt + bytes(tokens).decode("utf-8", errors="replace"))
+    return 0
+
+
+def add_generate(commands) -> None:
+    generate = add_command(commands, "generate", "sample text from a byte-level text run with "
+                           "the KV cache", "Continue a prompt with a trained byte-level text run "
+                           "(data.task=text), decoding token by token with the KV cache. Prompt "
+                           "plus tokens must fit in model.max_length.")
+    generate.add_argument("workdir", metavar="RUN_DIR",
+                          help="run directory of a byte-level text run")
+    generate.add_argument("--prompt", required=True, metavar="TEXT",
+                          help="text to continue, e.g. \"def main(\"")
+    generate.add_argument("--tokens", type=int, default=100, metavar="N",
+                          help="number of bytes to generate after the prompt "
+                          "(default: %(default)s)")
+    generate.add_argument("--temperature", type=float, default=0.8, metavar="T",
+                          help="sampling temperature; 0 is greedy (default: %(default)s)")
+    generate.add_argument("--top-k", type=int, default=None, metavar="K",
+                          help="sample only among the K most likely tokens (default: all)")
+    generate.add_argument("--seed", type=int, default=0,
+                          help="random seed of the sampler (default: %(default)s)")
+    add_checkpoint(generate)
+    generate.set_defaults(run=_generate)
