@@ -96,6 +96,18 @@ class Checkpoints:
         as saved, on the default device; ``(None, None)`` if there is none."""
         return self._first_good(step, lambda candidate: self._restore(candidate, None))
 
+    def saved_config(self) -> dict | None:
+        """The config (as JSON) the newest checkpoint whose metadata reads was saved with;
+        None without one."""
+        for candidate in reversed(self.steps()):
+            try:
+                meta = self.manager.restore(candidate, args=ocp.args.Composite(
+                    meta=ocp.args.JsonRestore())).meta
+                return meta["config"]
+            except Exception:  # noqa: BLE001  an unreadable one: restore reports it
+                continue
+        return None
+
     def _restore(self, candidate: int, abstract):
         """The state at ``candidate`` in the structure of ``abstract``, its digest checked; or,
         without ``abstract``, its parameters as saved, their digest checked."""

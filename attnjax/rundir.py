@@ -1,6 +1,7 @@
 """Run and sweep directories: the only code that knows their layout.
 
     RUN/                          a run directory (``RunDir``)
+      .writer.lock                held by the one process that writes the run (``writing``)
       config.json                 the run's Config, stored by the first ``train``
       metrics.jsonl               one JSON object per logged step (a torn last line is ignored)
       summary.json                written last, atomically: the run finished
@@ -10,19 +11,27 @@
       eval.json                   the last ``attnjax eval``: checkpoint, step, overrides, results
       error.txt                   traceback of a sweep run that failed
     SWEEP/                        a sweep directory (``SweepDir``)
+      .writer.lock                held by the sweep's driver (``writing``)
       sweep.json                  the sweep's record (``attnjax.sweep.record``)
       <run name>/                 one run directory per run
 
-JSON files other than metrics.jsonl are written atomically (a temporary file, then
-``os.replace``), so a reader never sees half of one.
+One process writes a run or sweep directory at a time (``attnjax.locks``); readers take no
+lock. Files are replaced atomically (a temporary file, then ``os.replace``), so a reader never
+sees half of one, or appended to (metrics.jsonl, whose torn last line, cut short by a kill, is
+the end of the file). A run's identity is its config, stored in config.json and with every
+checkpoint: a writer with another config is refused against either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
+
+from attnjax import locks
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
 
@@ -38,12 +47,18 @@ class _Absent:
 ABSENT = _Absent()      # the value of a key one of two compared dicts does not have
 
 
-def write_json_atomic(path: str | Path, data) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and ``os.replace``."""
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: a reader, or a
+    process killed midway, sees the old file or the new one, never part of one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | Path, data) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def _read_json(path: Path):
@@ -67,6 +82,14 @@ def config_differences(old: dict, new: dict) -> list[tuple[str, object, object]]
         elif a != b:
             out.append((key, a, b))
     return out
+
+
+def _normalised(config: Config | dict) -> dict:
+    """A config as JSON reads it back (tuples as lists), fields added since it was stored
+    at their defaults."""
+    if isinstance(config, dict):
+        config = from_dict(Config, config)
+    return json.loads(json.dumps(to_dict(config)))
 
 
 class NoCheckpointError(ValueError):
@@ -108,53 +131,100 @@ class RunDir:
         """The stored config; fields added since the run started take their defaults."""
         return from_dict(Config, self.config_dict())
 
+    def writing(self):
+        """The run's writer lock, held for a ``with`` block (``attnjax.locks.hold``)."""
+        return locks.hold(self.path, "run directory")
+
     def prepare(self, config: Config, store: bool = True) -> None:
-        """Create the directory and store ``config``, or check it equals the stored one;
-        ``store=False`` (the other processes of a multi-process run): only check."""
+        """Create the directory and store ``config``, or check it equals the stored one and
+        the one its checkpoints were saved with; ``store=False`` (the other processes of a
+        multi-process run): only check. A directory holding metrics of a run with neither a
+        config nor a checkpoint (another program's files) is refused."""
+        as_json = _normalised(config)
+        if self.exists():
+            self._check_same(to_dict(self.config()), as_json, "")
+        if self.has_checkpoint():
+            stored = self._checkpoint_config()
+            if stored is not None:
+                self._check_same(stored, as_json, "in its checkpoints: ")
+        elif not self.exists() and (self.metrics_path.exists() or self.summary_path.exists()):
+            raise ValueError(f"workdir {str(self.path)!r} holds metrics.jsonl or summary.json "
+                             "but no config.json and no checkpoint (files of another run or "
+                             "program); use a new --workdir")
+        self._check_writable()
+        if store and not self.exists():
+            write_json_atomic(self.path / "config.json", as_json)
+
+    def _check_writable(self):
+        probe = self.path / f".write-test-{os.getpid()}"
         try:
             self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test-{os.getpid()}"
             probe.write_text("ok")
-            probe.unlink()
         except OSError as error:
             raise ValueError(f"workdir {str(self.path)!r} is not writable "
                              f"({error.strerror})") from None
-        as_json = json.loads(json.dumps(to_dict(config)))       # tuples read back as lists
-        if not self.exists():
-            if store:
-                write_json_atomic(self.path / "config.json", as_json)
-            return
-        stored = json.loads(json.dumps(to_dict(self.config())))
-        changed = [f"{key}: {a!r} -> {b!r}" for key, a, b in config_differences(stored, as_json)]
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink(missing_ok=True)
+
+    def _check_same(self, stored: dict, wanted: dict, where: str):
+        changed = [f"{key}: {a!r} -> {b!r}"
+                   for key, a, b in config_differences(_normalised(stored), wanted)]
         if changed:
             raise ValueError(f"workdir {str(self.path)!r} holds a run with another config "
-                             f"({'; '.join(changed[:3])}); use a new --workdir")
+                             f"({where}{'; '.join(changed[:3])}); use a new --workdir")
+
+    def _checkpoint_config(self) -> dict | None:
+        """The config the newest readable checkpoint was saved with."""
+        checkpoints = self.checkpoints(read_only=True)
+        try:
+            return checkpoints.saved_config()
+        finally:
+            checkpoints.close()
 
     # ------------------------------------------------------------------- progress, results
 
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
     def summary(self) -> dict | None:
         """The run's summary, or None if it has not finished."""
-        return _read_json(self.path / "summary.json")
+        return _read_json(self.summary_path)
 
     def write_summary(self, summary: dict) -> None:
-        write_json_atomic(self.path / "summary.json", summary)
+        write_json_atomic(self.summary_path, summary)
 
     def metrics(self) -> list[dict]:
-        """Every complete record of metrics.jsonl (a torn last line is ignored)."""
+        """Every complete record of metrics.jsonl (a torn last line is the end of the file)."""
+        return self._read_metrics()[0]
+
+    def _read_metrics(self) -> tuple[list[dict], bool]:
+        """The complete records, and whether a torn line ended the file."""
         if not self.metrics_path.is_file():
-            return []
+            return [], False
         records = []
         for line in self.metrics_path.read_text().splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
-                break
-        return records
+                return records, True
+        return records, False
+
+    def cut_metrics(self, step: int) -> None:
+        """Keep the records up to ``step`` (a resume continues from there), rewritten
+        atomically; a torn last line is dropped, and said so on stderr."""
+        records, torn = self._read_metrics()
+        if torn:
+            print(f"attnjax: {self.metrics_path} ended in a torn line (a write cut short by a "
+                  "kill); dropped it", file=sys.stderr)
+        kept = [r for r in records if r["step"] <= step]
+        write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def is_running(self, recent_seconds: float = RECENT_SECONDS) -> bool:
         """No summary, and metrics written in the last ``recent_seconds`` or an unfinished
         checkpoint save."""
-        if (self.path / "summary.json").exists():
+        if self.summary_path.exists():
             return False
         fresh = (self.metrics_path.is_file()
                  and time.time() - self.metrics_path.stat().st_mtime < recent_seconds)
@@ -233,6 +303,10 @@ class SweepDir:
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise ValueError(f"{self.record_path} has no 'runs' list")
         return data
+
+    def writing(self):
+        """The sweep's writer lock, held for a ``with`` block (``attnjax.locks.hold``)."""
+        return locks.hold(self.path, "sweep directory")
 
     def save(self, record: dict) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

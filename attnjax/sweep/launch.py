@@ -265,20 +265,21 @@ def launch_runs(runs: list[Run], directory: str | Path, *, label: str, overrides
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     sweep_dir = SweepDir(directory)
-    record = open_record(sweep_dir, label, list(overrides), launcher, runs)
-    sweep = _Sweep(sweep_dir, record, log)
-    todo = []
-    for run in runs:
-        item, summary = entry(record, run.name), sweep.run_dir(run).summary()
-        if summary is not None:
-            if item["summary"] is None or item["status"] not in ("finished", "failed"):
-                sweep.finish(run, summary, quiet=True)
-        elif item["status"] != "failed" or retry_failed:
-            todo.append(run)
-    finished = sum(entry(record, r.name)["status"] == "finished" for r in runs)
-    log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
-        f"({launcher} launcher)")
-    sweep.total = len(todo)
-    launch(sweep, todo, jobs, progress, **(options or {}))
-    evaluate_variants(sweep, runs, variants or [])
-    return record
+    with sweep_dir.writing():          # one driver per sweep directory
+        record = open_record(sweep_dir, label, list(overrides), launcher, runs)
+        sweep = _Sweep(sweep_dir, record, log)
+        todo = []
+        for run in runs:
+            item, summary = entry(record, run.name), sweep.run_dir(run).summary()
+            if summary is not None:
+                if item["summary"] is None or item["status"] not in ("finished", "failed"):
+                    sweep.finish(run, summary, quiet=True)
+            elif item["status"] != "failed" or retry_failed:
+                todo.append(run)
+        finished = sum(entry(record, r.name)["status"] == "finished" for r in runs)
+        log(f"sweep of {len(runs)} runs: {finished} finished, {len(todo)} to run "
+            f"({launcher} launcher)")
+        sweep.total = len(todo)
+        launch(sweep, todo, jobs, progress, **(options or {}))
+        evaluate_variants(sweep, runs, variants or [])
+        return record

@@ -2,8 +2,8 @@
 events (``attnjax.rundir``), a progress bar with ETA and the current loss, and the seconds
 each phase of a run took.
 
-On resume the metrics file is cut back to the restored step (and a torn last line from a kill
-is dropped), so a resumed run's file equals an uninterrupted run's.
+On resume the metrics file is cut back to the restored step, atomically (a torn last line from
+a kill is dropped, and said so), so a resumed run's file equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ class MetricsWriter:
         if not enabled:
             return
         self.path = run_dir.metrics_path
-        kept = [r for r in run_dir.metrics() if r["step"] <= resume_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        run_dir.cut_metrics(resume_step)
         from tensorboardX import SummaryWriter
         logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)  # NaN: metrics.jsonl has it
         self.tensorboard = SummaryWriter(str(run_dir.tensorboard_dir),

@@ -219,6 +219,16 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
+    with contextlib.ExitStack() as held:       # one writer per run: the primary process
+        if distributed.is_primary():
+            for run in runs:
+                held.enter_context(run.writing())
+        return _train_prepared(configs, runs, dataset, runner, group, devices, progress,
+                               entered)
+
+
+def _train_prepared(configs, runs, dataset, runner, group, devices, progress, entered):
+    """``train_group`` once its run directories are locked."""
     for config, run in zip(configs, runs):     # a wrong workdir fails in every process
         run.prepare(config, store=distributed.is_primary())
     distributed.barrier("attnjax: run directories prepared")

@@ -1,0 +1,235 @@
+"""Nothing lost: one writer per run and sweep directory (real concurrent processes), metrics
+rewritten atomically on resume, a torn last line dropped and said so, and a run's identity
+checked against its checkpoints as against config.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from attnjax import locks
+from attnjax.checkpoint import Checkpoints
+from attnjax.config import to_dict
+from attnjax.rundir import RunDir
+from attnjax.sweep.launch import launch_runs
+from attnjax.sweep.spec import expand
+from attnjax.train import train
+from helpers import TINY_INDUCTION, deterministic, run_cli, subprocess_env, tiny_config
+
+# long enough to be alive while a second writer tries and readers read; stopped by SIGTERM
+ENDLESS = {**TINY_INDUCTION, "train.steps": 100_000, "train.log_every": 5,
+           "train.eval_every": 20, "train.checkpoint_every": 20}
+
+
+def write_experiment(path: Path, overrides: dict, sweep: list | None = None) -> Path:
+    path.write_text(textwrap.dedent(f"""
+        from attnjax.config import Config, apply_overrides
+        def get_config():
+            return apply_overrides(Config(), {overrides!r})
+        def get_sweep():
+            return {sweep or [{}]!r}
+    """))
+    return path
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until(condition, process: subprocess.Popen, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            err = process.stderr.read() if process.stderr else ""
+            raise AssertionError(f"exited with {process.returncode}: {err}")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def lock_holder(directory: Path) -> str:
+    path = directory / locks.LOCK_NAME
+    return path.read_text().strip() if path.is_file() else ""
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=120)
+
+
+def snapshot(directory: Path) -> dict:
+    return {str(p.relative_to(directory)): p.stat().st_mtime_ns
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_second_train_on_a_run_being_trained_is_refused_before_touching_it(tmp_path, capsys):
+    experiment = write_experiment(tmp_path / "endless.py", ENDLESS)
+    workdir = tmp_path / "run"
+    first = start("train", str(experiment), "--workdir", str(workdir), "--no-progress")
+    try:
+        wait_until(lambda: RunDir(workdir).has_checkpoint(), first)
+        code, out, err = run_cli(capsys, "eval", str(workdir))    # readers take no lock
+        assert code == 0 and "loss" in out, err
+        assert lock_holder(workdir) == str(first.pid)
+        before = snapshot(workdir)
+        second = start("train", str(experiment), "--workdir", str(workdir), "--no-progress")
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err
+        assert err.count("\n") == 1 and f"being written by process {first.pid}" in err, err
+        after = snapshot(workdir)       # the first writer goes on; the second wrote nothing
+        assert after["config.json"] == before["config.json"]
+        assert not [name for name in after if ".write-test" in name], after
+    finally:
+        stop(first)
+    steps = [r["step"] for r in RunDir(workdir).metrics()]
+    assert steps == sorted(set(steps)), steps
+
+
+def test_a_second_sweep_driver_on_a_sweep_being_run_is_refused(tmp_path, capsys):
+    experiment = write_experiment(tmp_path / "endless.py", ENDLESS, [{"seed": 0}, {"seed": 1}])
+    sweep = tmp_path / "sweep"
+    args = ("sweep", str(experiment), "--workdir", str(sweep), "--launcher", "sequential",
+            "--no-progress")
+    first = start(*args)
+    try:
+        wait_until(lambda: (sweep / "seed=0" / "metrics.jsonl").is_file(), first)
+        record = (sweep / "sweep.json").read_text()
+        second = start(*args)
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err
+        assert err.count("\n") == 1 and f"sweep directory {str(sweep)!r}" in err, err
+        assert f"process {first.pid}" in err, err
+        assert (sweep / "sweep.json").read_text() == record
+        for reader in ("sweep-status", "report"):                   # readers take no lock
+            code, out, err = run_cli(capsys, reader, str(sweep))
+            assert code == 0 and ("seed=0" in out or "did not finish" in out), (reader, err)
+    finally:
+        stop(first)
+
+
+def test_a_sweep_worker_takes_its_runs_lock(tmp_path):
+    """A run whose directory another process writes is not trained twice: its worker is
+    refused, the run recorded as failed naming the holder, and a retry trains it."""
+    experiment = write_experiment(tmp_path / "tiny.py", TINY_INDUCTION, [{"seed": 0}])
+    runs = expand(experiment)
+    sweep = tmp_path / "sweep"
+    with locks.hold(sweep / runs[0].name, "run directory"):
+        record = launch_runs(runs, sweep, label="tiny", launcher="processes", jobs=1,
+                             progress=False, log=lambda line: None)
+    (run,) = record["runs"]
+    assert run["status"] == "failed"
+    assert f"being written by process {os.getpid()}" in run["error"]
+    assert not (sweep / runs[0].name / "metrics.jsonl").exists()
+    record = launch_runs(runs, sweep, label="tiny", launcher="processes", jobs=1,
+                         progress=False, retry_failed=True, log=lambda line: None)
+    assert record["runs"][0]["status"] == "finished"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished tiny run (checkpoints at 10 and 20)."""
+    workdir = tmp_path_factory.mktemp("finished") / "run"
+    train(tiny_config(TINY_INDUCTION), workdir, progress=False)
+    return workdir
+
+
+def back_to_step_10(finished: Path, workdir: Path) -> None:
+    """``workdir``: ``finished`` as if killed after its checkpoint at step 10 (its metrics
+    already past it)."""
+    shutil.copytree(finished, workdir)
+    (workdir / "summary.json").unlink()
+    shutil.rmtree(workdir / "ckpt" / "20")
+
+
+def test_a_resume_killed_while_rewriting_metrics_loses_nothing(finished, tmp_path):
+    workdir = tmp_path / "run"
+    back_to_step_10(finished, workdir)
+    metrics = (workdir / "metrics.jsonl").read_text()
+    marker = tmp_path / "in-the-window"
+    script = tmp_path / "slow_replace.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        import attnjax.rundir
+        replace = os.replace
+        def slow_replace(src, dst):
+            if str(dst).endswith("metrics.jsonl"):
+                open({str(marker)!r}, "w").close()
+                time.sleep(600)
+            replace(src, dst)
+        attnjax.rundir.os.replace = slow_replace
+        from attnjax.config import Config, apply_overrides
+        from attnjax.train import train
+        train(apply_overrides(Config(), {TINY_INDUCTION!r}), {str(workdir)!r}, progress=False)
+    """))
+    process = subprocess.Popen([sys.executable, str(script)], env=subprocess_env())
+    wait_until(marker.exists, process)
+    process.kill()
+    process.wait()
+    assert (workdir / "metrics.jsonl").read_text() == metrics
+    train(tiny_config(TINY_INDUCTION), workdir, progress=False)
+    assert deterministic(RunDir(workdir).metrics()) == deterministic(RunDir(finished).metrics())
+
+
+def test_a_torn_last_line_is_dropped_on_resume_and_said_so_once(finished, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    back_to_step_10(finished, workdir)
+    with (workdir / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 25, "loss": 1.')
+    assert RunDir(workdir).metrics() == RunDir(finished).metrics()   # readers: the end
+    train(tiny_config(TINY_INDUCTION), workdir, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("torn line") == 1, err
+    assert deterministic(RunDir(workdir).metrics()) == deterministic(RunDir(finished).metrics())
+
+
+def test_without_config_json_the_checkpoints_config_still_guards_the_run(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    (workdir / "config.json").unlink()
+    metrics = (workdir / "metrics.jsonl").read_text()
+    other = tiny_config(TINY_INDUCTION, seed=1, **{"train.learning_rate": 0.01})
+    with pytest.raises(ValueError, match=r"another config \(in its checkpoints: "
+                                         r"seed: 0 -> 1; train\.learning_rate"):
+        train(other, workdir, progress=False)
+    assert (workdir / "metrics.jsonl").read_text() == metrics
+    assert not (workdir / "config.json").exists()
+    summary = train(tiny_config(TINY_INDUCTION), workdir, progress=False)   # its own config
+    assert summary == RunDir(finished).summary()
+    assert json.loads((workdir / "config.json").read_text()) == json.loads(
+        (finished / "config.json").read_text())
+
+
+def test_config_json_edited_to_match_does_not_hide_the_checkpoints_config(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    other = tiny_config(TINY_INDUCTION, seed=1)
+    (workdir / "config.json").write_text(json.dumps(to_dict(other)))
+    with pytest.raises(ValueError, match=r"in its checkpoints: seed: 0 -> 1"):
+        train(other, workdir, progress=False)
+
+
+def test_a_directory_of_another_programs_metrics_is_refused(tmp_path):
+    workdir = tmp_path / "theirs"
+    workdir.mkdir()
+    (workdir / "metrics.jsonl").write_text('{"epoch": 1, "acc": 0.5}\n')
+    with pytest.raises(ValueError, match="no config.json and no checkpoint"):
+        train(tiny_config(TINY_INDUCTION), workdir, progress=False)
+    assert (workdir / "metrics.jsonl").read_text() == '{"epoch": 1, "acc": 0.5}\n'
+    assert sorted(p.name for p in workdir.iterdir()) == [locks.LOCK_NAME, "metrics.jsonl"]
+
+
+def test_the_checkpoint_saved_config_is_the_newest_readable_one(finished):
+    checkpoints = Checkpoints(finished / "ckpt", read_only=True)
+    try:
+        assert checkpoints.saved_config() == json.loads((finished / "config.json").read_text())
+    finally:
+        checkpoints.close()
