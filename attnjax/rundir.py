@@ -84,6 +84,15 @@ def config_differences(old: dict, new: dict) -> list[tuple[str, object, object]]
     return out
 
 
+def inside(base: Path, name, what: str) -> Path:
+    """``base / name`` for a ``name`` read from a file: a relative path with no ``..``, so
+    it stays inside ``base``; else a one-line ValueError naming ``what`` it is."""
+    parts = Path(name).parts if isinstance(name, str) else ()
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ValueError(f"{what} {name!r} is not a path inside {str(base)!r}")
+    return base / name
+
+
 def _normalised(config: Config | dict) -> dict:
     """A config as JSON reads it back (tuples as lists), fields added since it was stored
     at their defaults."""
@@ -302,6 +311,9 @@ class SweepDir:
                              f"(no {self.record_path})")
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise ValueError(f"{self.record_path} has no 'runs' list")
+        for run in data["runs"]:          # names become paths: each must stay inside
+            if isinstance(run, dict) and isinstance(run.get("name"), str):
+                self.run(run["name"])
         return data
 
     def writing(self):
@@ -313,4 +325,5 @@ class SweepDir:
         write_json_atomic(self.record_path, record)
 
     def run(self, name: str) -> RunDir:
-        return RunDir(self.path / name)
+        """The directory of run ``name``, which must lie inside the sweep directory."""
+        return RunDir(inside(self.path, name, f"run name in {self.record_path}"))

@@ -6,7 +6,7 @@ No training here: configs are built and validated only (fast).
 
 import pytest
 
-from attnjax.analysis.report import headline_metrics
+from attnjax.sweep.headline import headline_metrics
 from attnjax.config import Config
 from attnjax.experiment import experiment_config, load_experiment
 from attnjax.sweep import expand

@@ -11,6 +11,7 @@ import pytest
 from attnjax.analysis import report, sweep_plots
 from attnjax.config import Config, DataConfig, TrainConfig, to_dict
 from attnjax.sweep import run_name
+from attnjax.sweep.headline import headline_metrics, metric_spec
 
 HEADS = "model.attention.num_heads"
 LONG_ERROR = "ValueError: " + "x" * 200
@@ -19,8 +20,9 @@ MADE_UP = "experiments/made_up.py"      # no such file: the report has no headli
 
 
 def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64,
-                experiment: str | Path = MADE_UP) -> Path:
-    """A sweep directory as the launcher leaves it, its record naming ``experiment``. Each run:
+                experiment: str | Path = MADE_UP, headline: list | None = None) -> Path:
+    """A sweep directory as the launcher leaves it, its record naming ``experiment`` and its
+    ``headline`` metrics (the record has none when not given). Each run:
     ``overrides``, ``status``, and optionally ``val`` ({length: loss}), ``acc``, ``train``,
     ``tokens``, ``metrics`` (lines of metrics.jsonl, written verbatim), ``error``, ``evals``."""
     config = to_dict(Config(data=DataConfig(length=length), train=TrainConfig(steps=steps)))
@@ -43,9 +45,10 @@ def write_sweep(root: Path, runs: list[dict], steps: int = 100, length: int = 64
         entries.append({"name": name, "overrides": run["overrides"], "status": run["status"],
                         "error": run.get("error"), "summary": summary,
                         "evals": run.get("evals", {})})
-    (root / "sweep.json").write_text(json.dumps({
-        "experiment": str(experiment), "overrides": ["train.steps=100"],
-        "launcher": "vmap", "runs": entries}))
+    record = {"experiment": str(experiment), "overrides": ["train.steps=100"],
+              "launcher": "vmap", "runs": entries}
+    (root / "sweep.json").write_text(json.dumps(
+        record if headline is None else {**record, "headline": headline}))
     return root
 
 
@@ -228,7 +231,7 @@ def test_headline_value_aggregations():
     assert report.describe_metric("best_val_step") == "step of the lowest `val_loss`"
     for bad in ("val_loss:median", ":min", "", 3):
         with pytest.raises(ValueError, match="write KEY or KEY:AGG"):
-            report.metric_spec(bad)
+            metric_spec(bad)
 
 
 HEADLINE = ["max_attn_logit", "best_val_loss", "best_val_step", "skipped"]
@@ -256,7 +259,9 @@ def headline_runs() -> list[dict]:
 
 def test_headline_metrics_from_the_experiment(tmp_path):
     experiment = write_experiment(tmp_path / "exp.py", {"metrics": HEADLINE})
-    root = write_sweep(tmp_path / "sweep", headline_runs(), experiment=experiment)
+    assert headline_metrics(experiment) == HEADLINE     # what the launcher stores
+    root = write_sweep(tmp_path / "sweep", headline_runs(), experiment=experiment,
+                       headline=HEADLINE)
     sweep = report.load_sweep(root)
     assert sweep["headline"] == HEADLINE
     two, four = by_heads(report.results_rows(sweep)).values()
@@ -286,8 +291,10 @@ def test_headline_metrics_from_the_experiment(tmp_path):
     assert float(csv_rows["2"]["best_val_step_mean"]) == 20.0
     assert csv_rows["4"]["best_val_step_std"] == ""
 
-    experiment.unlink()                         # without the file: the report of before
-    assert report.load_sweep(root)["headline"] == []
+    experiment.unlink()                         # the record is all the report reads
+    assert report.load_sweep(root)["headline"] == HEADLINE
+    root = write_sweep(tmp_path / "older", headline_runs(), experiment=experiment)
+    assert report.load_sweep(root)["headline"] == []    # a record without: no such columns
     assert "max_attn_logit" not in report.write_report(root)
 
 
@@ -299,9 +306,13 @@ def test_bad_report_spec_is_refused(tmp_path):
                         ({"metrics": ["val_loss@128"]}, "has that column already"),
                         ({"metrics": ["skipped", "skipped"]}, "has that column already")]):
         experiment = write_experiment(tmp_path / f"exp{i}.py", spec)
-        root = write_sweep(tmp_path / f"sweep{i}", headline_runs(), experiment=experiment)
-        with pytest.raises(ValueError, match=match):
-            report.load_sweep(root)
+        with pytest.raises(ValueError, match=match):        # refused when the sweep starts
+            headline_metrics(experiment)
+        if isinstance(spec, dict) and "metrics" in spec:    # and in a record, when read
+            root = write_sweep(tmp_path / f"sweep{i}", headline_runs(), experiment=experiment,
+                               headline=spec["metrics"])
+            with pytest.raises(ValueError, match=match):
+                report.load_sweep(root)
 
 
 def test_torn_metrics_line_is_ignored(tmp_path):

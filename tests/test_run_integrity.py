@@ -233,3 +233,39 @@ def test_the_checkpoint_saved_config_is_the_newest_readable_one(finished):
         assert checkpoints.saved_config() == json.loads((finished / "config.json").read_text())
     finally:
         checkpoints.close()
+
+
+# ------------------------------------------------ run and sweep directories are data, not code
+
+def test_reading_a_sweep_runs_none_of_its_code_and_follows_no_path_out(finished, tmp_path,
+                                                                        capsys, monkeypatch):
+    """A sweep.json naming a payload as its experiment, and runs named by absolute or ``..``
+    paths: sweep-status, report and compare run nothing and write nothing outside --out."""
+    marker = tmp_path / "payload-ran"
+    payload = tmp_path / "payload.py"
+    payload.write_text(f"open({str(marker)!r}, 'w').close()\n"
+                       "def get_config():\n    raise SystemExit('payload')\n"
+                       "def get_report():\n    return {'metrics': ['loss']}\n")
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    record = {"experiment": "payload.py", "overrides": [], "launcher": "sequential",
+              "runs": [{"name": "seed=0", "overrides": {"seed": 0}, "status": "pending",
+                        "error": None, "summary": None, "evals": {}}]}
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    for command in (["sweep-status", str(sweep)], ["report", str(sweep)]):
+        code, out, err = run_cli(capsys, *command)
+        assert code == 0, err
+    assert not marker.exists()
+    for name in ("../escaped", str(tmp_path / "absolute"), "a/../../escaped"):
+        record["runs"][0]["name"] = name
+        (sweep / "sweep.json").write_text(json.dumps(record))
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        for command in (["sweep-status", str(sweep)], ["report", str(sweep)],
+                        ["compare", str(sweep), "--baseline", str(finished),
+                         "--out", str(tmp_path / "out")]):
+            code, out, err = run_cli(capsys, *command)
+            assert code == 2 and err.count("\n") == 1, (command, err)
+            assert f"{name!r} is not a path inside" in err, err
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not marker.exists()

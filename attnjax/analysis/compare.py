@@ -35,7 +35,8 @@ from attnjax.analysis.capture import attention_weights, probe_batch
 from attnjax.config import Config
 from attnjax.nn.transformer import VOCAB_PARAMS
 from attnjax.ops.stats import cosine, js_divergence
-from attnjax.rundir import ABSENT, WHICH, NoCheckpointError, RunDir, SweepDir, config_differences
+from attnjax.rundir import (ABSENT, WHICH, NoCheckpointError, RunDir, SweepDir, config_differences,
+                            inside)
 
 # ---------------------------------------------------------------------------------- the math
 
@@ -248,9 +249,10 @@ def compare_sweep(sweep_dir, baseline, out_dir, *, which: str = "best") -> str:
                             else "no run directory yet"})
             continue
         run = load_run(run_dir.path, entry["name"], which)
-        result = comparison(base, run, out_dir / entry["name"])
+        pair_dir = inside(out_dir, entry["name"], f"run name in {sweep.record_path}")
+        result = comparison(base, run, pair_dir)
         report, _ = render_pair(result, which)
-        (out_dir / entry["name"] / "report.md").write_text(report)
+        (pair_dir / "report.md").write_text(report)
         results.append({"name": entry["name"], "status": entry.get("status", "?"),
                          "result": result})
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -12,14 +12,10 @@ summary when the record has none yet, its error file (a run with one and no summ
 failed), its evaluation variants (which win over the record's; a mapping under "results" or
 "eval" is unwrapped), its config (training length and steps) and its metrics.
 
-An experiment names the extra columns it reports with ``get_report()``, e.g. ::
-
-    def get_report():
-        return {"metrics": ["max_attn_logit", "best_val_loss", "best_val_step", "loss:min"]}
-
-each a *headline metric* of a run's metrics.jsonl (:func:`metric_spec`), averaged over seeds
-like the rest. The file is the record's ``experiment`` path (a relative one is read from the
-current directory, as the sweep was started); without the file the report has no such columns.
+An experiment names the extra columns it reports with ``get_report()``: *headline metrics* of
+a run's metrics.jsonl (``attnjax.sweep.headline``), averaged over seeds like the rest. The
+launcher stores them in the sweep's record, which is all the report reads: no code of the
+experiment runs here.
 """
 
 from __future__ import annotations
@@ -32,21 +28,18 @@ import statistics
 from pathlib import Path
 
 from attnjax.analysis import sweep_plots
-from attnjax.experiment import load_experiment
 from attnjax.rundir import RunDir, SweepDir
+from attnjax.sweep.headline import checked_headline, metric_spec
 from attnjax.sweep.spec import run_name
 
 ERROR_WIDTH = 80
-AGGREGATIONS = ("last", "min", "max", "argmin", "argmax")      # arg*: the step where it was
-NAMED_METRICS = {"best_val_loss": "val_loss:min", "best_val_step": "val_loss:argmin"}
-STANDARD_COLUMNS = ("val_loss", "val_accuracy", "train_loss", "tokens_per_s")
 
 
 # ---------------------------------------------------------------------------- loading
 
 def load_sweep(sweep_dir: str | Path) -> dict:
     """The sweep of ``sweep_dir``: ``{"dir", "experiment", "overrides", "launcher",
-    "headline", "runs"}`` (``headline``: :func:`headline_metrics` of the experiment), each run
+    "headline", "runs"}`` (``headline``: the record's headline metrics), each run
     ``{"name", "overrides", "status", "error", "summary", "evals", "train_length",
     "total_steps", "metrics"}`` with what its run directory holds merged in."""
     sweep = SweepDir(sweep_dir)
@@ -54,26 +47,8 @@ def load_sweep(sweep_dir: str | Path) -> dict:
     experiment = data.get("experiment") or "?"
     return {"dir": str(sweep.path), "experiment": experiment,
             "overrides": list(data.get("overrides") or []), "launcher": data.get("launcher"),
-            "headline": headline_metrics(experiment),
+            "headline": checked_headline(data.get("headline") or [], str(sweep.record_path)),
             "runs": [_load_run(sweep, entry) for entry in data["runs"]]}
-
-
-def headline_metrics(experiment: str | Path) -> list[str]:
-    """The headline metrics the experiment file asks its report for (``get_report()``), each
-    checked; none when the file does not exist or defines no ``get_report``."""
-    if not Path(experiment).is_file():
-        return []
-    module = load_experiment(experiment)
-    spec = module.get_report() if hasattr(module, "get_report") else {}
-    if not isinstance(spec, dict) or set(spec) - {"metrics"}:
-        raise ValueError(f"get_report() of {str(experiment)!r} must return a dict with only "
-                         f"'metrics', got {spec!r}")
-    names = list(spec.get("metrics", []))
-    for name in names:
-        metric_spec(name)
-        if name in STANDARD_COLUMNS or name.startswith("val_loss@") or names.count(name) > 1:
-            raise ValueError(f"headline metric {name!r}: the report has that column already")
-    return names
 
 
 def _load_run(sweep: SweepDir, entry) -> dict:
@@ -162,18 +137,6 @@ def configurations(sweep: dict) -> tuple[list[str], list[dict]]:
 
 
 # ---------------------------------------------------------------------- headline metrics
-
-def metric_spec(name: str) -> tuple[str, str]:
-    """``(key, aggregation)`` of a headline metric: ``KEY`` is the last logged value of that
-    metrics.jsonl key, ``KEY:AGG`` its ``AGG`` (one of ``AGGREGATIONS``; ``argmin`` and
-    ``argmax`` give the step) over the logged records, and ``NAMED_METRICS`` are shorthands."""
-    key, _, how = (NAMED_METRICS.get(name, name) if isinstance(name, str) else "").partition(":")
-    how = how or "last"
-    if not key or how not in AGGREGATIONS:
-        raise ValueError(f"headline metric {name!r}: write KEY or KEY:AGG with AGG one of "
-                         f"{', '.join(AGGREGATIONS)}, or one of {', '.join(NAMED_METRICS)}")
-    return key, how
-
 
 def headline_value(records: list[dict], name: str):
     """Headline metric ``name`` of one run's metrics records; None when no record has its key.

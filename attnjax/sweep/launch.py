@@ -28,6 +28,7 @@ from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.record import entry, open_record
 from attnjax.sweep.spec import Run, expand
 from attnjax.sweep.variants import eval_variants, evaluate_variants
+from attnjax.sweep.headline import headline_metrics
 from attnjax.sweep.ray_launcher import run_on_ray
 from attnjax.sweep.workers import run_tasks
 from attnjax.train import hyper
@@ -250,23 +251,26 @@ def run_sweep(experiment: str | Path, directory: str | Path, *, launcher: str = 
     variants = eval_variants(experiment, runs)
     return launch_runs(runs, directory, label=str(experiment), overrides=overrides,
                        launcher=launcher, jobs=jobs, progress=progress,
-                       retry_failed=retry_failed, log=log, variants=variants, options=options)
+                       retry_failed=retry_failed, log=log, variants=variants, options=options,
+                       headline=headline_metrics(experiment))
 
 
 def launch_runs(runs: list[Run], directory: str | Path, *, label: str, overrides: list[str] = (),
                 launcher: str = "sequential", jobs: int | None = None, progress: bool = True,
                 retry_failed: bool = False, log=print, variants=None,
-                options: dict | None = None) -> dict:
+                options: dict | None = None, headline: list[str] = ()) -> dict:
     """Run (or resume) ``runs`` into the sweep directory ``directory`` (recorded as sweep
-    ``label``): finished runs are skipped, interrupted ones resume, failed ones are retried
-    only with ``retry_failed``; then the evaluation ``variants`` of finished runs."""
+    ``label``, with its ``headline`` metrics): finished runs are skipped, interrupted ones
+    resume, failed ones are retried only with ``retry_failed``; then the evaluation
+    ``variants`` of finished runs."""
     launch = LAUNCHERS.get(launcher, "--launcher")
     _check_options(launcher, launch, options or {})
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     sweep_dir = SweepDir(directory)
     with sweep_dir.writing():          # one driver per sweep directory
-        record = open_record(sweep_dir, label, list(overrides), launcher, runs)
+        record = open_record(sweep_dir, label, list(overrides), launcher, runs,
+                             list(headline))
         sweep = _Sweep(sweep_dir, record, log)
         todo = []
         for run in runs:

@@ -3,13 +3,15 @@ sweep is and how far it got. Written only by the launching process, atomically, 
 change, so a killed sweep leaves a readable record.
 
     {"experiment": "experiments/heads.py", "overrides": ["train.steps=100"],
-     "launcher": "vmap",
+     "launcher": "vmap", "headline": ["max_attn_logit", ...],
      "runs": [{"name": "num_heads=4,seed=1", "overrides": {...},
                "status": "pending" | "running" | "finished" | "failed" | "interrupted",
                "error": null | "ValueError: ...", "summary": null | {...the run's summary...},
                "evals": {"rope+yarn": {"64": {"loss": ..., "accuracy": ...}}}}]}
 
 Each run's own directory is the truth the launcher resumes from; the record mirrors it.
+``headline``: the experiment's headline metrics (``attnjax.sweep.headline``), stored as data
+so that reading the sweep runs none of the experiment's code.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from attnjax.sweep.spec import Run
 
 
 def open_record(sweep_dir: SweepDir, experiment: str, overrides: list[str], launcher: str,
-                runs: list[Run]) -> dict:
+                runs: list[Run], headline: list[str]) -> dict:
     """The sweep's record, created or checked against an existing one (same experiment and
     overrides; new runs of an edited ``get_sweep()`` are appended as pending)."""
     if sweep_dir.exists():
@@ -29,7 +31,7 @@ def open_record(sweep_dir: SweepDir, experiment: str, overrides: list[str], laun
                              f"{record['overrides']}, not {list(overrides)}; use a new --workdir")
     else:
         record = {"experiment": str(experiment), "overrides": list(overrides), "runs": []}
-    record["launcher"] = launcher
+    record["launcher"], record["headline"] = launcher, headline
     known = {entry["name"] for entry in record["runs"]}
     for run in runs:
         if run.name not in known:
