@@ -15,6 +15,7 @@ optimizer: it reads the state as saved and checks the parameters' digest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sys
@@ -29,6 +30,20 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 # checkpoints saved without a parameter digest: the whole state's, over its fields in this order
 LEGACY_FIELDS = ("step", "params", "opt_state", "skipped")
+
+
+class CheckpointWriteError(ValueError):
+    """A checkpoint could not be written (one line: the directory, the step, the cause)."""
+
+
+def _quiet_closed_loops(hook):
+    """``sys.unraisablehook`` that drops the "Event loop is closed" errors orbax's background
+    threads leave behind after a failed save, and passes everything else to ``hook``."""
+    def quiet(unraisable):
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            hook(unraisable)
+    return quiet
 
 
 def state_digest(state) -> str:
@@ -58,21 +73,54 @@ class Checkpoints:
                 preservation_policy=policies.AnyPreservationPolicy([
                     policies.LatestN(2),
                     policies.BestN(get_metric_fn=best, reverse=True, n=keep_best)]))
-        absl = logging.getLogger("absl")
-        level = absl.level
-        absl.setLevel(logging.ERROR)   # orbax warns about read-only managers
+        # orbax warns about read-only managers, and a writer's background threads log each
+        # failed save with tracebacks: the failure reaches save / wait as one line instead,
+        # so a writer keeps orbax quiet until it is closed
+        self._read_only, self._pending = read_only, None   # _pending: a save not yet finished
+        self._absl = logging.getLogger("absl")
+        self._absl_level, self._unraisable = self._absl.level, sys.unraisablehook
+        self._absl.setLevel(logging.CRITICAL)
+        if not read_only:
+            sys.unraisablehook = _quiet_closed_loops(self._unraisable)
         try:
             self.manager = ocp.CheckpointManager(Path(directory).absolute(), options=options)
-        finally:
-            absl.setLevel(level)
+        except BaseException:
+            self._unquiet()
+            raise
+        if read_only:
+            self._unquiet()
+
+    def _unquiet(self):
+        self._absl.setLevel(self._absl_level)
+        sys.unraisablehook = self._unraisable
 
     def save(self, step: int, state, config_json: dict, val_loss: float):
-        """Start an async save of ``state`` at ``step``."""
+        """Start an async save of ``state`` at ``step`` (after the previous one finished)."""
         meta = {"config": config_json, "digest": state_digest(state), "step": int(step),
                 "params_digest": state_digest(state.params)}
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-            metrics={"val_loss": float(val_loss)}, force=True)
+        with self._failing_as_one_line(step):
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                metrics={"val_loss": float(val_loss)}, force=True)
+        self._pending = step
+
+    @contextlib.contextmanager
+    def _failing_as_one_line(self, step: int):
+        """A failed save (a full disk, most often) as one line naming the directory and the
+        step whose checkpoint could not be written: the previous save's, if it was still
+        unfinished, else ``step``'s."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001  orbax raises many types for one failure
+            failed = step if self._pending is None else self._pending
+            self._pending = None
+            text = str(error)
+            cause = ("no space left on device" if "No space left on device" in text
+                     else f"{type(error).__name__}: {text.splitlines()[0][:160]}")
+            raise CheckpointWriteError(f"the checkpoint of step {failed} could not be written "
+                                       f"to {self.manager.directory} ({cause}); the earlier "
+                                       "checkpoints are intact: free space and rerun to "
+                                       "resume") from None
 
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
@@ -136,7 +184,17 @@ class Checkpoints:
         return None, None
 
     def wait(self):
-        self.manager.wait_until_finished()
+        with self._failing_as_one_line(self._pending or 0):
+            self.manager.wait_until_finished()
+        self._pending = None
 
     def close(self):
-        self.manager.close()
+        """Finish the last save, then release the manager (and the quieted loggers)."""
+        try:
+            if self._pending is not None:
+                self.wait()
+        finally:
+            with contextlib.suppress(Exception):     # a failed save was raised by wait
+                self.manager.close()
+            if not self._read_only:
+                self._unquiet()

@@ -28,12 +28,16 @@ def hold(directory: str | Path, what: str):
     """Hold ``directory``'s writer lock (creating the directory) for the ``with`` block;
     ``BusyError`` when another process holds it. ``what``: the directory, in words."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = str((directory / LOCK_NAME).resolve())
     if path in _held:
         _held[path][1] += 1
     else:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise ValueError(f"{what} {str(directory)!r} is not writable "
+                             f"({error.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -269,3 +269,39 @@ def test_reading_a_sweep_runs_none_of_its_code_and_follows_no_path_out(finished,
             assert f"{name!r} is not a path inside" in err, err
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------ a full disk
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 400 KiB tmpfs (room for a run's config and metrics, not its first checkpoint),
+    mounted at ``tmp_path / "disk"``; unmounted after."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_the_resume_after_freeing_space_is_exact(small_disk,
+                                                                              tmp_path):
+    wide = {**TINY_INDUCTION, "model.d_model": 64, "model.num_layers": 2}   # ~1 MB checkpoints
+    experiment = write_experiment(tmp_path / "wide.py", wide)
+    workdir = small_disk / "run"
+    full = subprocess.run([sys.executable, "-m", "attnjax.cli", "train", str(experiment),
+                           "--workdir", str(workdir), "--no-progress"], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert full.returncode == 2, full.stderr
+    assert full.stderr.count("\n") == 1, full.stderr
+    assert (f"the checkpoint of step 10 could not be written to {workdir / 'ckpt'} "
+            "(no space left on device)") in full.stderr, full.stderr
+    assert not list(workdir.glob(".write-test*"))
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    train(tiny_config(wide), workdir, progress=False)
+    reference = tmp_path / "reference"
+    train(tiny_config(wide), reference, progress=False)
+    assert deterministic(RunDir(workdir).metrics()) == deterministic(RunDir(reference).metrics())
