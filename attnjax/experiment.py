@@ -27,8 +27,16 @@ def load_experiment(path: str | Path) -> ModuleType:
 
 def experiment_config(path: str | Path, overrides: list[str] | dict = ()) -> Config:
     """``get_config()`` of the file with ``KEY=VALUE`` overrides applied (validated)."""
-    config = load_experiment(path).get_config()
+    config = checked_config(load_experiment(path).get_config(), path)
     return apply_overrides(config, overrides) if overrides else config
+
+
+def checked_config(config, path: str | Path) -> Config:
+    """``config`` if it is a ``Config``; else one line naming the experiment file."""
+    if not isinstance(config, Config):
+        raise ValueError(f"get_config() of {str(path)!r} must return an attnjax.config.Config, "
+                         f"got {type(config).__name__}")
+    return config
 
 
 def small_text(overrides: dict | None = None) -> Config:

@@ -61,14 +61,37 @@ def write_json_atomic(path: str | Path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
-def _read_json(path: Path):
-    """The JSON in ``path``, or None if there is no such file."""
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None if there is no such file; a file that is not
+    UTF-8, not JSON or not an object is one line naming it."""
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error.msg}, line {error.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _checked_summary(summary: dict, path: Path) -> dict:
+    """``summary`` if its fields have the types readers use; else one line naming ``path``."""
+    number = (int, float, type(None))
+    evals = summary.get("eval", {})
+    valid = (isinstance(summary.get("status"), str)
+             and isinstance(summary.get("step", 0), int)
+             and isinstance(summary.get("skipped_updates", 0), int)
+             and isinstance(summary.get("train_loss"), number)
+             and isinstance(evals, dict)
+             and all(isinstance(r, dict) and isinstance(r.get("loss"), number)
+                     for r in evals.values()))
+    if not valid:
+        raise ValueError(f"{path} is not a run summary (status, step, skipped_updates, "
+                         "train_loss, eval with a loss per length)")
+    return summary
 
 
 def config_differences(old: dict, new: dict) -> list[tuple[str, object, object]]:
@@ -138,7 +161,10 @@ class RunDir:
 
     def config(self) -> Config:
         """The stored config; fields added since the run started take their defaults."""
-        return from_dict(Config, self.config_dict())
+        try:
+            return from_dict(Config, self.config_dict())
+        except ValueError as error:
+            raise ValueError(f"{self.path / 'config.json'}: {error}") from None
 
     def writing(self):
         """The run's writer lock, held for a ``with`` block (``attnjax.locks.hold``)."""
@@ -199,7 +225,8 @@ class RunDir:
 
     def summary(self) -> dict | None:
         """The run's summary, or None if it has not finished."""
-        return _read_json(self.summary_path)
+        summary = _read_json(self.summary_path)
+        return None if summary is None else _checked_summary(summary, self.summary_path)
 
     def write_summary(self, summary: dict) -> None:
         write_json_atomic(self.summary_path, summary)

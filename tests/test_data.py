@@ -98,7 +98,8 @@ def test_text_split_and_windows(tmp_path):
 def test_directory_corpus_and_builtin(tmp_path):
     (tmp_path / "b.txt").write_text("bbbb")
     (tmp_path / "a.txt").write_text("aaaa")
-    ds = Dataset(DataConfig(task="text", path=str(tmp_path), length=4))
+    # half for validation: each split holds a window of 4 + 1 (a corpus that cannot is refused)
+    ds = Dataset(DataConfig(task="text", path=str(tmp_path), length=4, val_fraction=0.5))
     assert bytes(ds._source.tokens) == b"aaaa\n\nbbbb"
     assert len(builtin_corpus_files()) > 50
 

@@ -5,6 +5,7 @@ checked against its checkpoints as against config.json."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -305,3 +306,96 @@ def test_a_full_disk_is_one_line_and_the_resume_after_freeing_space_is_exact(sma
     reference = tmp_path / "reference"
     train(tiny_config(wide), reference, progress=False)
     assert deterministic(RunDir(workdir).metrics()) == deterministic(RunDir(reference).metrics())
+
+
+# ------------------------------------------------- readable errors, nothing written before them
+
+@pytest.mark.parametrize("content, dtype, message", [
+    (b"", "uint16", "holds 0 bytes, not a positive multiple of data.token_dtype='uint16'"),
+    (b"abc", "uint16", "holds 3 bytes, not a positive multiple of data.token_dtype='uint16'"),
+    (b"abcdefg", "uint32", "holds 7 bytes, not a positive multiple of data.token_dtype='uint32'"),
+])
+def test_token_files_of_a_wrong_size_name_the_file_and_the_field(tmp_path, content, dtype,
+                                                                  message):
+    path = tmp_path / "tokens.bin"
+    path.write_bytes(content)
+    config = tiny_config(TINY_INDUCTION, **{"data.task": "tokens", "data.path": str(path),
+                                            "data.token_dtype": dtype})
+    with pytest.raises(ValueError, match=re.escape(f"data.path={str(path)!r} {message}")):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text", ["", "ab", "x" * 12])
+def test_text_too_short_to_train_is_refused_before_the_run_directory_exists(tmp_path, text):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    config = tiny_config(TINY_INDUCTION, **{"data.task": "text", "data.path": str(corpus),
+                                            "data.vocab_size": 256, "model.vocab_size": 256,
+                                            "data.length": 12})
+    with pytest.raises(ValueError, match=re.escape(f"data.path={str(corpus)!r}: the train "
+                                                   "split has")):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_corpus_directory_holding_the_environment_or_the_run_is_refused(tmp_path):
+    text = {"data.task": "text", "data.vocab_size": 256, "model.vocab_size": 256}
+    environment = Path(sys.prefix).parent
+    with pytest.raises(ValueError, match="contains this Python environment"):
+        train(tiny_config(TINY_INDUCTION, **text, **{"data.path": str(environment)}),
+              tmp_path / "run", progress=False)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("some text " * 200)
+    with pytest.raises(ValueError, match="contains the run directory"):
+        train(tiny_config(TINY_INDUCTION, **text, **{"data.path": str(corpus)}),
+              corpus / "run", progress=False)
+    assert sorted(p.name for p in corpus.iterdir()) == ["a.txt"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe not utf-8", "is not UTF-8 text"),
+    (b"[1, 2]", "holds a JSON list, not an object"),
+    (b'{"model": {"d_model": "wide"}}', "model.d_model must be int"),
+])
+def test_a_bad_config_json_is_one_line_in_every_command(finished, tmp_path, capsys, content,
+                                                         message):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    (workdir / "config.json").write_bytes(content)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"experiment": "x.py", "overrides": [], "runs": [
+        {"name": "run", "overrides": {}, "status": "finished", "error": None,
+         "summary": None, "evals": {}}]}))
+    shutil.copytree(workdir, sweep / "run")
+    experiment = write_experiment(tmp_path / "tiny.py", TINY_INDUCTION)
+    for command in (["train", str(experiment), "--workdir", str(workdir)],
+                    ["eval", str(workdir)], ["generate", str(workdir), "--prompt", "1", "--tokens", "2"],
+                    ["attention", str(workdir), "--out", str(tmp_path / "maps")],
+                    ["sweep-status", str(sweep)], ["report", str(sweep)]):
+        code, out, err = run_cli(capsys, *command)
+        assert code == 2 and err.count("\n") == 1, (command, err)
+        assert "config.json" in err and message in err, (command, err)
+
+
+def test_a_summary_json_of_wrong_types_is_one_line(finished, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    (workdir / "summary.json").write_text('{"status": 3, "eval": []}')
+    experiment = write_experiment(tmp_path / "tiny.py", TINY_INDUCTION)
+    code, out, err = run_cli(capsys, "train", str(experiment), "--workdir", str(workdir))
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{workdir / 'summary.json'} is not a run summary" in err, err
+
+
+def test_an_experiment_whose_get_config_is_not_a_config_is_one_line(tmp_path, capsys):
+    experiment = tmp_path / "dicts.py"
+    experiment.write_text("def get_config():\n    return {'seed': 1}\n")
+    for command in ("train", "sweep"):
+        code, out, err = run_cli(capsys, command, str(experiment), "--workdir",
+                                 str(tmp_path / command))
+        assert code == 2 and err.count("\n") == 1, err
+        assert "must return an attnjax.config.Config, got dict" in err, err
+        assert not (tmp_path / command).exists()

@@ -28,6 +28,7 @@ import statistics
 from pathlib import Path
 
 from attnjax.analysis import sweep_plots
+from attnjax.config import to_dict
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.headline import checked_headline, metric_spec
 from attnjax.sweep.spec import run_name
@@ -60,7 +61,7 @@ def _load_run(sweep: SweepDir, entry) -> dict:
     run_dir = sweep.run(entry["name"])
     summary = entry.get("summary") or run_dir.summary()
     status, error = _status(entry, summary, run_dir)
-    config = run_dir.config_dict() if run_dir.exists() else {}
+    config = to_dict(run_dir.config()) if run_dir.exists() else {}    # checked: one line
     lengths = sorted(int(k) for k in ((summary or {}).get("eval") or {}))
     train_length = config.get("data", {}).get("length") or (lengths[0] if lengths else None)
     return {"name": entry["name"], "overrides": dict(entry.get("overrides") or {}),

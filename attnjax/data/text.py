@@ -10,6 +10,7 @@ lengths (``attnjax.data.padding``). Window offsets are a pure function of the ba
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import jax
@@ -39,6 +40,9 @@ def read_bytes(path: str | None) -> np.ndarray:
         root = Path(path)
         if not root.exists():
             raise FileNotFoundError(f"data.path={path!r} does not exist")
+        if root.is_dir() and Path(sys.prefix).resolve().is_relative_to(root.resolve()):
+            raise ValueError(f"data.path={path!r} contains this Python environment "
+                             f"({sys.prefix}): name the directory of the corpus itself")
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
         if not files:
             raise ValueError(f"data.path={path!r} is a directory with no files")
@@ -52,23 +56,33 @@ def split_bounds(size: int, split: str, val_fraction: float) -> tuple[int, int]:
     return (0, cut) if split == "train" else (cut, size)
 
 
+def check_splits(size: int, lengths, val_fraction: float, path, splits=("train", "val")):
+    """Refuse a corpus of ``size`` tokens whose ``splits`` cannot hold a window of each of
+    ``lengths`` (``length + 1`` tokens), naming the file: checked when the corpus is opened,
+    before a run directory is written."""
+    for split in splits:
+        start, end = split_bounds(size, split, val_fraction)
+        for length in lengths:
+            if end - start < length + 1:
+                raise ValueError(f"data.path={path!r}: the {split} split has {end - start} "
+                                 f"tokens, fewer than data.length + 1 = {length + 1}")
+
+
 class ByteCorpus:
     """Bytes on device; ``sample`` is jittable, so batches can be generated inside a scan."""
     vocab_size = 256
     on_device = True
 
     def __init__(self, path: str | None, val_fraction: float = 0.1,
-                 framing: Framing = PLAIN):
+                 framing: Framing = PLAIN, lengths=()):
         self.tokens = read_bytes(path)
-        self.val_fraction = val_fraction
-        self.framing = framing
+        self.path, self.val_fraction, self.framing = path, val_fraction, framing
+        check_splits(len(self.tokens), lengths, val_fraction, path)
         self._device = jnp.asarray(self.tokens)
 
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
+        check_splits(len(self.tokens), [length], self.val_fraction, self.path, [split])
         start, end = split_bounds(len(self.tokens), split, self.val_fraction)
-        if end - start < length + 1:
-            raise ValueError(f"the {split} split has {end - start} tokens, fewer than "
-                             f"data.length + 1 = {length + 1}")
         offsets = jax.random.randint(key, (batch_size,), start, end - length)
         size = self.framing.window(length)
         windows = jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (size,)))(offsets)
@@ -84,26 +98,26 @@ class TokenFile:
     on_device = False
 
     def __init__(self, path: str, dtype: str, vocab_size: int, val_fraction: float = 0.1,
-                 framing: Framing = PLAIN):
+                 framing: Framing = PLAIN, lengths=()):
         if not Path(path).is_file():
             raise FileNotFoundError(f"data.path={path!r} is not a file")
+        size, itemsize = Path(path).stat().st_size, np.dtype(dtype).itemsize
+        if not size or size % itemsize:
+            raise ValueError(f"data.path={path!r} holds {size} bytes, not a positive multiple "
+                             f"of data.token_dtype={dtype!r} ({itemsize} bytes per token)")
         self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
-        if self.tokens.size:
-            low, high = int(self.tokens.min()), int(self.tokens.max())
-            if high >= vocab_size or low < 0:
-                raise ValueError(f"data.path={path!r} holds token ids from {low} to {high}, but "
-                                 f"data.vocab_size={vocab_size}: ids must be in "
-                                 f"[0, {vocab_size})")
-        self.vocab_size = vocab_size
-        self.val_fraction = val_fraction
-        self.framing = framing
+        low, high = int(self.tokens.min()), int(self.tokens.max())
+        if high >= vocab_size or low < 0:
+            raise ValueError(f"data.path={path!r} holds token ids from {low} to {high}, but "
+                             f"data.vocab_size={vocab_size}: ids must be in [0, {vocab_size})")
+        check_splits(self.tokens.size, lengths, val_fraction, path)
+        self.path, self.vocab_size = path, vocab_size
+        self.val_fraction, self.framing = val_fraction, framing
 
     def sample_host(self, seed_sequence: list[int], batch_size: int, length: int,
                     split: str) -> dict:
+        check_splits(len(self.tokens), [length], self.val_fraction, self.path, [split])
         start, end = split_bounds(len(self.tokens), split, self.val_fraction)
-        if end - start < length + 1:
-            raise ValueError(f"the {split} split has {end - start} tokens, fewer than "
-                             f"data.length + 1 = {length + 1}")
         rng = np.random.default_rng(seed_sequence)
         offsets = rng.integers(start, end - length, size=batch_size)
         size = self.framing.window(length)
@@ -124,8 +138,10 @@ def _check_tokens(config):
 # the data fields of attnjax.data.padding, read by both corpora
 FRAMING_FIELDS = ("bos_token", "padding", "min_length", "pad_token")
 
-TASKS.register("text", Task(lambda c: ByteCorpus(c.path, c.val_fraction, Framing.of(c)),
-                            ("path",) + FRAMING_FIELDS, _check_text))
+TASKS.register("text", Task(
+    lambda c: ByteCorpus(c.path, c.val_fraction, Framing.of(c), c.lengths),
+    ("path",) + FRAMING_FIELDS, _check_text))
 TASKS.register("tokens", Task(
-    lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction, Framing.of(c)),
+    lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction, Framing.of(c),
+                        c.lengths),
     ("path", "vocab_size", "token_dtype") + FRAMING_FIELDS, _check_tokens))

@@ -216,6 +216,8 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
     if len({hyper.structure(c) for c in configs}) > 1:
         raise ValueError("runs trained as one group must differ only in "
                          f"{', '.join(hyper.VALUES)}")
+    for config, run in zip(configs, runs):
+        _check_not_inside_data(config, run)
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
@@ -225,6 +227,16 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
                 held.enter_context(run.writing())
         return _train_prepared(configs, runs, dataset, runner, group, devices, progress,
                                entered)
+
+
+def _check_not_inside_data(config: Config, run: RunDir) -> None:
+    """Refuse a run directory inside its own corpus directory: it would train on its own
+    checkpoints and metrics."""
+    path = config.data.path
+    if path is not None and Path(path).is_dir() and (
+            run.path.resolve().is_relative_to(Path(path).resolve())):
+        raise ValueError(f"data.path={path!r} contains the run directory {str(run.path)!r}: "
+                         "the run would train on its own files; use a --workdir outside it")
 
 
 def _train_prepared(configs, runs, dataset, runner, group, devices, progress, entered):
