@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -114,6 +116,14 @@ class Checkpoints:
         except Exception as error:  # noqa: BLE001  orbax raises many types for one failure
             failed = step if self._pending is None else self._pending
             self._pending = None
+            # orbax's abandoned write tasks log the same failure with tracebacks when they are
+            # collected, possibly after this manager is closed: it is reported here instead
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+            # the unfinished checkpoint's temporary directory would keep the disk full for
+            # the run's other writers (metrics, TensorBoard) until the next start cleans it up
+            for unfinished in Path(self.manager.directory).glob(f"{failed}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(unfinished, ignore_errors=True)
             text = str(error)
             cause = ("no space left on device" if "No space left on device" in text
                      else f"{type(error).__name__}: {text.splitlines()[0][:160]}")
@@ -123,6 +133,10 @@ class Checkpoints:
                                        "resume") from None
 
     def steps(self) -> list[int]:
+        """The saved steps, oldest first; a reader lists the directory again each time (the
+        run's writer may have saved newer ones and removed older ones since)."""
+        if self._read_only:
+            self.manager.reload()
         return sorted(self.manager.all_steps())
 
     def best_step(self) -> int | None:
@@ -173,14 +187,22 @@ class Checkpoints:
         return state if abstract is not None else state["params"]
 
     def _first_good(self, step: int | None, restore):
-        candidates = [s for s in reversed(self.steps()) if step is None or s <= step]
-        for candidate in candidates:
+        """``(restore(candidate), candidate)`` for the newest checkpoint (at or before ``step``)
+        that restores; the list is read again after each failure, so a reader whose
+        checkpoint the run's writer removed meanwhile goes on to the writer's newer one."""
+        failed = set()
+        while candidates := [s for s in reversed(self.steps())
+                             if (step is None or s <= step) and s not in failed]:
+            candidate = candidates[0]
             try:
                 return restore(candidate), candidate
             except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
-                print(f"attnjax: checkpoint {candidate} in {self.manager.directory} is unusable "
-                      f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
-                      "trying an earlier one", file=sys.stderr)
+                failed.add(candidate)
+                if candidate in self.steps():       # not merely removed by the run's writer
+                    print(f"attnjax: checkpoint {candidate} in {self.manager.directory} is "
+                          f"unusable ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:200]}); trying an earlier one",
+                          file=sys.stderr)
         return None, None
 
     def wait(self):

@@ -161,8 +161,9 @@ class RunDir:
 
     def config(self) -> Config:
         """The stored config; fields added since the run started take their defaults."""
+        data = self.config_dict()
         try:
-            return from_dict(Config, self.config_dict())
+            return from_dict(Config, data)
         except ValueError as error:
             raise ValueError(f"{self.path / 'config.json'}: {error}") from None
 
