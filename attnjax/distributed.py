@@ -19,13 +19,17 @@ Where the processes learn who they are, first match wins:
    where the cluster does not name a coordinator;
 3. neither: one process, ``jax.distributed`` not started.
 
-On CPU the processes' collectives go over gloo (TCP). See docs/CLUSTER.md.
+Process 0's coordinator listens on the host it was given (``bind_address``: with
+``--coordinator 127.0.0.1:PORT``, on loopback only, not on every interface). On CPU the
+processes' collectives go over gloo (TCP). See docs/CLUSTER.md.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 from dataclasses import dataclass
 
 import jax
@@ -93,7 +97,8 @@ def initialize(cluster: Cluster | None) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")    # CPU devices only
     try:
         jax.distributed.initialize(cluster.coordinator, cluster.num_processes,
-                                   cluster.process_id)
+                                   cluster.process_id,
+                                   coordinator_bind_address=bind_address(cluster.coordinator))
     except (ValueError, RuntimeError) as error:
         if cluster.detect:
             raise ValueError("--distributed found no cluster to join (SLURM, Open MPI, a TPU "
@@ -101,6 +106,26 @@ def initialize(cluster: Cluster | None) -> None:
                              "--num-processes and --process-id "
                              f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
         raise
+
+
+def bind_address(coordinator: str | None, environ=os.environ) -> str | None:
+    """Where process 0's coordinator listens: the ``HOST:PORT`` it was given when HOST is
+    ``localhost`` or an IP address of this host (``127.0.0.1``: loopback only); else None,
+    JAX's default, every interface (or ``JAX_COORDINATOR_BIND_ADDRESS``): for a detected
+    cluster, for a host name (Debian maps the host's own name to 127.0.1.1, while the other
+    hosts reach it by another address) and for an address of another machine (a NAT's)."""
+    if coordinator is None or environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return None
+    host = coordinator.rsplit(":", 1)[0]
+    if host == "localhost":
+        return coordinator
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+        with socket.socket(family) as probe:
+            probe.bind((host, 0))               # an address of this host's interfaces
+    except (ValueError, OSError):
+        return None
+    return coordinator
 
 
 def is_primary() -> bool:

@@ -1,9 +1,10 @@
 """``--launcher ray``: each vmapped group of runs (``vmap_groups``; a run alone when nothing
 shares its structure) is one Ray task, on an existing cluster (``--address``, else
-``RAY_ADDRESS``; ``auto`` finds a local one) or on a local instance started for the sweep and
-stopped after it, with ``--cpus-per-run`` CPUs (and ``--gpus-per-run`` GPUs) reserved for each
-task: a vmapped group is one program on one device, so it reserves what one run does. A
-request no node can grant is refused before anything is submitted.
+``RAY_ADDRESS``; ``auto`` finds a local one) or on a local instance started for the sweep,
+listening on 127.0.0.1 only, and stopped after it, with ``--cpus-per-run`` CPUs (and
+``--gpus-per-run`` GPUs) reserved for each task: a vmapped group is one program on one
+device, so it reserves what one run does. A request no node can grant is refused before
+anything is submitted.
 
 The contract is the local launchers': the run directories (on storage every node sees) are
 the truth, so a rerun of the driver skips finished runs and resumes interrupted ones from
@@ -17,11 +18,14 @@ Needs the optional extra: ``pip install 'attnjax[ray]'``.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from attnjax.compilation import enable_compile_cache
 from attnjax.config import to_dict
 from attnjax.sweep.workers import train_task
+
+LOOPBACK = "127.0.0.1"      # where a local instance started for a sweep listens
 
 
 def _import_ray():
@@ -39,14 +43,37 @@ def _train_on_ray(configs: list[dict], run_dirs: list[str]) -> list[dict]:
 
 
 def connect(ray, address: str | None) -> bool:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local instance;
-    returns whether this process started it (and so must stop it)."""
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local instance
+    that listens on loopback only (``_start_local``); returns whether this process started
+    it (and so must stop it)."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    return address is None
+    if address is not None:                 # an existing cluster: its nodes are the user's
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        return False
+    _start_local(ray)
+    return True
+
+
+def _start_local(ray) -> None:
+    """Start a one-node Ray instance on 127.0.0.1: its GCS, raylet, workers, agents and the
+    autoscaler's metrics server listen on loopback only, not on every interface. Ray puts a
+    node on loopback when clusters are off (``ENABLE_RAY_CLUSTER``, as on macOS and Windows;
+    otherwise it replaces ``_node_ip_address='127.0.0.1'`` by the host's address): off
+    while this instance starts, as nothing else is to join it."""
+    constants = importlib.import_module("ray._private.ray_constants")
+    clusters = getattr(constants, "ENABLE_RAY_CLUSTER", None)   # (a Ray that moved it keeps
+    constants.ENABLE_RAY_CLUSTER = False                        # _node_ip_address as given)
+    try:
+        ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    finally:
+        if clusters is None:
+            del constants.ENABLE_RAY_CLUSTER
+        else:
+            constants.ENABLE_RAY_CLUSTER = clusters
 
 
 def _check_fits(ray, options: dict) -> None:
