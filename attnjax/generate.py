@@ -7,6 +7,8 @@ and ``decode_step`` are the pieces ``generate`` and ``attnjax bench generate`` s
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -64,20 +66,47 @@ def generate(config, params, prompts, num_tokens: int, *, temperature: float = 1
     ``i`` after it with that key folded with ``i - 1``; temperature 0 is greedy (the same
     tokens as feeding the argmax back one call at a time). Bad arguments are refused before
     anything compiles."""
+    prompts = check_sampling(config, prompts, num_tokens, temperature, top_k, seed)
+    out = _generation(config, num_tokens, float(temperature), top_k)(
+        params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
+    return np.asarray(out)
+
+
+SEEDS = (0, 2**31 - 1)     # the sampler's seeds, as the config's (``seed``)
+
+
+def check_sampling(config, prompts, num_tokens: int, temperature: float, top_k: int | None,
+                   seed: int) -> np.ndarray:
+    """``prompts`` as an array, or a one-line ``ValueError`` naming the argument (and the
+    command line's option) that ``generate`` cannot honour, before anything is loaded or
+    compiled."""
     prompts = np.asarray(prompts)
     if prompts.ndim != 2 or prompts.shape[1] == 0:
         raise ValueError(f"prompts must be [batch, length] with length >= 1, got shape "
                          f"{prompts.shape}")
     if num_tokens < 1:
-        raise ValueError(f"the number of tokens to generate must be >= 1, got {num_tokens}")
+        raise ValueError(f"the number of tokens to generate (--tokens) must be >= 1, got "
+                         f"{num_tokens}")
     total = prompts.shape[1] + num_tokens
     if total > config.model.max_length:
         raise ValueError(f"prompt + tokens = {total} exceeds the cache (model.max_length="
                          f"{config.model.max_length})")
+    if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature)
+            and temperature >= 0):
+        raise ValueError(f"temperature (--temperature) must be a finite number >= 0 (0 is "
+                         f"greedy), got {temperature!r}")
+    vocab = config.model.vocab_size
+    if top_k is not None and not (_integer(top_k) and 1 <= top_k <= vocab):
+        raise ValueError(f"top_k (--top-k) must be in [1, {vocab}] (model.vocab_size), or "
+                         f"None for every token, got {top_k!r}")
+    if not (_integer(seed) and SEEDS[0] <= seed <= SEEDS[1]):
+        raise ValueError(f"seed (--seed) must be in [{SEEDS[0]}, {SEEDS[1]}], got {seed!r}")
     kernel_request(config.model, decode=True)
-    out = _generation(config, num_tokens, float(temperature), top_k)(
-        params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
-    return np.asarray(out)
+    return prompts
+
+
+def _integer(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 @functools.lru_cache(maxsize=16)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from attnjax.config import Config, apply_overrides
 from attnjax.compilation import quick_compile_flags
 
@@ -59,6 +61,18 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         code = exit_.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def raises_one_line(fn, *fragments) -> str:
+    """``fn()`` raises a one-line ValueError containing every fragment (literally); its
+    message."""
+    with pytest.raises(ValueError) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return message
 
 
 def deterministic(records: list[dict]) -> list[dict]:

@@ -12,21 +12,11 @@ import pytest
 from attnjax import KERNELS, POSITIONS  # importing attnjax registers kernels and encodings
 from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
                             TrainConfig, apply_overrides, from_dict, from_json, to_dict, to_json)
-
-
-def _raises_one_line(fn, *fragments):
-    """``fn()`` raises a one-line ValueError containing every fragment (literally)."""
-    with pytest.raises(ValueError) as info:
-        fn()
-    message = str(info.value)
-    assert "\n" not in message, message
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
-    return message
+from helpers import raises_one_line
 
 
 def _override_error(items, *fragments):
-    return _raises_one_line(lambda: apply_overrides(Config(), items), *fragments)
+    return raises_one_line(lambda: apply_overrides(Config(), items), *fragments)
 
 
 # --------------------------------------------------------------------------- construction
@@ -99,7 +89,7 @@ def test_json_round_trip_keeps_none_and_floats():
 
 
 def test_from_dict_unknown_nested_key():
-    _raises_one_line(lambda: from_dict(Config, {"model": {"attention": {"num_head": 4}}}),
+    raises_one_line(lambda: from_dict(Config, {"model": {"attention": {"num_head": 4}}}),
                      "model.attention.num_head", "num_heads", "num_kv_heads")
 
 
@@ -202,10 +192,10 @@ def test_wrong_type(item, shown):
 
 
 def test_wrong_type_direct_construction():
-    _raises_one_line(lambda: ModelConfig(d_model=1.5), "model.d_model", "int")
-    _raises_one_line(lambda: ModelConfig(num_layers=True), "model.num_layers", "int")
-    _raises_one_line(lambda: AttentionConfig(num_heads="4"), "model.attention.num_heads")
-    _raises_one_line(lambda: ModelConfig(attention=3), "model.attention")
+    raises_one_line(lambda: ModelConfig(d_model=1.5), "model.d_model", "int")
+    raises_one_line(lambda: ModelConfig(num_layers=True), "model.num_layers", "int")
+    raises_one_line(lambda: AttentionConfig(num_heads="4"), "model.attention.num_heads")
+    raises_one_line(lambda: ModelConfig(attention=3), "model.attention")
 
 
 def test_unknown_kernel_lists_kernels():
@@ -243,13 +233,13 @@ def test_literal_bad_value_lists_choices(item, choices):
 
 def test_d_model_not_divisible_by_heads():
     _override_error(["model.d_model=130"], "model.d_model", "130", "num_heads", "4")
-    _raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=5)),
+    raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=5)),
                      "model.d_model", "5")
 
 
 def test_heads_not_divisible_by_kv_heads():
     _override_error(["model.attention.num_kv_heads=3"], "model.attention.num_kv_heads", "3")
-    _raises_one_line(lambda: AttentionConfig(num_heads=4, num_kv_heads=0),
+    raises_one_line(lambda: AttentionConfig(num_heads=4, num_kv_heads=0),
                      "model.attention.num_kv_heads")
 
 
@@ -300,7 +290,7 @@ def test_output_dropout_allowed_with_xla():
 
 def test_rope_fraction_too_small():
     # head_dim 8 with rope_fraction 0.2 leaves floor(1.6) = 1 -> 0 rotary dims.
-    _raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=4),
+    raises_one_line(lambda: ModelConfig(d_model=32, attention=AttentionConfig(num_heads=4),
                                          position=PositionConfig(rope_fraction=0.2)),
                      "model.position.rope_fraction", "0.2")
     # The same fraction is fine when the head is wide enough.
@@ -322,7 +312,7 @@ def test_override_item_without_equals():
 def test_sinusoidal_needs_even_width_at_config_time():
     # Sinusoidal embeddings interleave sin/cos over d_model features, so an odd d_model is an
     # impossible combination; it must be refused when the config is built, not at trace time.
-    _raises_one_line(lambda: ModelConfig(d_model=33, attention=AttentionConfig(num_heads=3),
+    raises_one_line(lambda: ModelConfig(d_model=33, attention=AttentionConfig(num_heads=3),
                                          position=PositionConfig(kind="sinusoidal")),
                      "model.d_model")
 
@@ -389,11 +379,14 @@ CLASSES = {"": Config, "model": ModelConfig, "model.attention": AttentionConfig,
 
 
 def _out_of_range(field: dataclasses.Field, hint) -> list:
-    """Values just outside a field's declared range (and non-finite ones for floats)."""
+    """Values just outside a field's declared range (and non-finite ones for floats, and
+    for integers, ones far past int32)."""
     ge, gt, le, lt = field.metadata["range"]
     step = 0.5 if hint is float else 1
     bad = [b for b in (None if ge is None else ge - step, gt, le if le is None else le + step, lt)
            if b is not None]
+    if hint is int:     # far past int32, as JAX holds them: issue 26's seed and step count
+        bad += [2**32, 10**12] + ([-10**12] if ge < 0 else [])
     return bad + ([float("inf"), float("nan")] if hint is float else [])
 
 
@@ -415,11 +408,22 @@ NUMERIC = list(_numeric_fields())
 
 def test_every_numeric_field_declares_its_range():
     unbounded = [path for path, field, _ in NUMERIC if "range" not in field.metadata]
-    # any shift of the causal diagonal, and an entropy coefficient of either sign, mean
-    # something: any finite value
-    assert unbounded == ["model.attention.causal_offset", "train.entropy_reg",
-                         "train.weight_std_reg", "train.sharpen_reg"], unbounded
+    # a regulariser's coefficient of either sign means something: any finite value
+    assert unbounded == ["train.entropy_reg", "train.weight_std_reg",
+                         "train.sharpen_reg"], unbounded
     assert len(NUMERIC) > 40
+
+
+def test_every_integer_field_fits_the_int32_jax_holds_it_in():
+    """Seeds, step counters, token ids and positions are int32 in JAX: an integer field's
+    range ends at 2^31 - 1, a length's (or a shift of the causal diagonal's) at 2^30, so a
+    position plus a shift is still an int32."""
+    for path, field, hint in NUMERIC:
+        if hint is int:
+            ge, gt, le, lt = field.metadata["range"]
+            high = le if lt is None else lt - 1
+            assert ge is not None and high is not None, path
+            assert -2**30 <= ge and high <= 2**31 - 1, path
 
 
 @pytest.mark.parametrize("path, field, hint", NUMERIC, ids=[p for p, _, _ in NUMERIC])
@@ -431,7 +435,8 @@ def test_values_outside_a_fields_range_are_refused_naming_it(path, field, hint):
     for value in bad:
         value = [value] if isinstance(default, tuple) else value
         message = _override_error({path: value}, path)
-        assert message.startswith(path), message
+        # the field's own check (type, finiteness, range) answers first, not a later one
+        assert re.match(rf"{re.escape(path)}(\[0\])? must be ", message), message
 
 
 @pytest.mark.parametrize("items, field, owner", [

@@ -372,7 +372,8 @@ def test_a_bad_config_json_is_one_line_in_every_command(finished, tmp_path, caps
     shutil.copytree(workdir, sweep / "run")
     experiment = write_experiment(tmp_path / "tiny.py", TINY_INDUCTION)
     for command in (["train", str(experiment), "--workdir", str(workdir)],
-                    ["eval", str(workdir)], ["generate", str(workdir), "--prompt", "1", "--tokens", "2"],
+                    ["eval", str(workdir)],
+                    ["generate", str(workdir), "--prompt", "1", "--tokens", "2"],
                     ["attention", str(workdir), "--out", str(tmp_path / "maps")],
                     ["sweep-status", str(sweep)], ["report", str(sweep)]):
         code, out, err = run_cli(capsys, *command)

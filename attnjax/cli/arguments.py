@@ -33,6 +33,12 @@ def positive(text: str) -> float:
     return value
 
 
+def check_range(flag: str, value: int, low: int, high: int) -> None:
+    """Refuse ``value`` of option ``flag`` outside ``[low, high]`` in one line."""
+    if not low <= value <= high:
+        raise ValueError(f"{flag} must be in [{low}, {high}], got {value}")
+
+
 def non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:

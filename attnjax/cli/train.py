@@ -3,7 +3,8 @@ from it."""
 
 from __future__ import annotations
 
-from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command
+from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command, check_range
+from attnjax.config.fields import LENGTH
 
 
 def _train(args) -> int:
@@ -11,10 +12,11 @@ def _train(args) -> int:
     cluster = distributed.cluster_from(args.coordinator, args.num_processes, args.process_id,
                                        detect=args.distributed)
     from attnjax.experiment import experiment_config
-    from attnjax.train import format_summary, train
+    from attnjax.train import footprint, format_summary, train
     from attnjax.compilation import enable_compile_cache
     config = experiment_config(args.experiment, args.overrides)   # bad input fails first
     distributed.initialize(cluster)
+    footprint.check_training(config)           # a model that cannot fit, before it is built
     enable_compile_cache()
     summary = train(config, args.workdir, progress=not args.no_progress)
     if distributed.is_primary():
@@ -54,15 +56,20 @@ def _eval(args) -> int:
     from attnjax.config import apply_overrides
     from attnjax.data import Dataset
     from attnjax.rundir import RunDir
-    from attnjax.train import evaluate
+    from attnjax.train import evaluate, footprint
     from attnjax.train.strided import strided_options
+    for length in args.lengths or ():
+        check_range("--lengths", length, 1, LENGTH)
     run_dir = RunDir(args.workdir)
-    config, params, step = run_dir.params(args.checkpoint)
+    config = run_dir.config()
     if args.overrides:
         config = apply_overrides(config, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
     strided = strided_options(config.data.length, args.window, args.stride, args.score_last)
     windows = dict(zip(("window", "stride", "score_last"), strided or ()))
+    footprint.check_evaluation(config, lengths, windows.get("window"),   # before params load
+                               "--lengths" if args.lengths else "data.length/eval_lengths")
+    _, params, step = run_dir.params(args.checkpoint)
     results = evaluate(config, params, Dataset(config.data), lengths, train_mode=args.train_mode,
                        **windows)
     mode = ", dropout on (--train-mode)" if args.train_mode else ""
@@ -114,12 +121,15 @@ def add_eval(commands) -> None:
 
 
 def _generate(args) -> int:
-    from attnjax.generate import sample
+    from attnjax.generate import check_sampling, sample
     from attnjax.rundir import RunDir
-    config, params, _ = RunDir(args.workdir).params(args.checkpoint)
+    run_dir = RunDir(args.workdir)
+    config = run_dir.config()
     if config.data.task != "text":
         raise ValueError("generate needs a byte-level text run (data.task='text')")
     prompt = list(args.prompt.encode("utf-8"))
+    check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
+    _, params, _ = run_dir.params(args.checkpoint)    # after the checks: nothing loaded yet
     tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
                     top_k=args.top_k, seed=args.seed)
     print(args.prompt + bytes(tokens).decode("utf-8", errors="replace"))

@@ -45,6 +45,12 @@ def when(selector: str, *values, why: str = "") -> When:
 
 RATE = "rate"   # ``argument=RATE``: a program argument whose zero is structural (see train.hyper)
 
+# Bounds of the integers JAX holds as int32: seeds, step counters, token ids, positions
+# (``INT32``); a length or a shift of the causal diagonal is at most ``LENGTH``, so a position
+# plus a shift (``j <= i + causal_offset``) stays an int32 too
+INT32 = 2**31 - 1
+LENGTH = 2**30
+
 
 def _metadata(range_=None, infinite=False, registry=None, read_when=None, argument=None) -> dict:
     entries = {"range": range_, "infinite": infinite or None, "registry": registry,
@@ -72,15 +78,20 @@ def field(default, *, read_when: When | None = None):
     return dataclasses.field(default=default, metadata=_metadata(read_when=read_when))
 
 
+def _bound(value) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def range_text(bounds) -> str:
-    """``[0, 1)``, ``>= 1``, ``> 0`` ... for ``(ge, gt, le, lt)``."""
+    """``[0, 1)``, ``>= 1``, ``> 0`` ... for ``(ge, gt, le, lt)`` (an int bound in full)."""
     ge, gt, le, lt = bounds
     low, high = (ge if gt is None else gt), (le if lt is None else lt)
     if low is not None and high is not None:
-        return f"in {'[' if gt is None else '('}{low:g}, {high:g}{']' if lt is None else ')'}"
+        return (f"in {'[' if gt is None else '('}{_bound(low)}, {_bound(high)}"
+                f"{']' if lt is None else ')'}")
     if low is not None:
-        return f"{'>=' if gt is None else '>'} {low:g}"
-    return f"{'<=' if lt is None else '<'} {high:g}"
+        return f"{'>=' if gt is None else '>'} {_bound(low)}"
+    return f"{'<=' if lt is None else '<'} {_bound(high)}"
 
 
 def in_range(value, bounds) -> bool:

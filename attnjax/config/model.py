@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from attnjax.config.fields import RATE, Validated, choice, field, number, when
+from attnjax.config.fields import (INT32, LENGTH, RATE, Validated, choice, field, number,
+                                   when)
 from attnjax.config.kernel import kernel_request
 from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
 from attnjax.ops.positions import ROPE_SCHEDULES
@@ -22,12 +23,12 @@ class AttentionConfig(Validated):
     PATH = "model.attention"
     KINDS = (("kernel", KERNELS, "settings"), ("qk_norm", QK_NORMS, "reads"),
              ("dropout", DROPOUTS, "reads"))
-    num_heads: int = number(4, ge=1)
-    num_kv_heads: int | None = number(None, ge=1)   # None = num_heads (MHA); 1 = MQA; else GQA
-    head_dim: int | None = number(None, ge=1)       # None = d_model // num_heads
+    num_heads: int = number(4, ge=1, le=INT32)
+    num_kv_heads: int | None = number(None, ge=1, le=INT32)  # None = num_heads; 1 = MQA; GQA
+    head_dim: int | None = number(None, ge=1, le=INT32)      # None = d_model // num_heads
     kernel: str = choice("reference", KERNELS)
-    block_q: int | None = number(None, ge=1)        # chunked / triangular blocks (None: default)
-    block_k: int | None = number(None, ge=1)
+    block_q: int | None = number(None, ge=1, le=LENGTH)  # chunked / triangular (None: default)
+    block_k: int | None = number(None, ge=1, le=LENGTH)
     fused_qkv: bool = True
     use_bias: bool = False
     qk_norm: str = choice("none", QK_NORMS)         # kappa: fixed RMS sqrt(qk_kappa)
@@ -38,7 +39,7 @@ class AttentionConfig(Validated):
     sink: str = choice("none", SINKS)
     dropout: str = choice("none", DROPOUTS)
     dropout_rate: float = number(0.0, ge=0, lt=1, argument=RATE)
-    window: int | None = number(None, ge=1)         # each query sees its last `window` keys
+    window: int | None = number(None, ge=1, le=LENGTH)   # each query sees its last `window` keys
     # False: no causal mask (e.g. padding mask in its place)
     causal: bool = field(True, read_when=when(
         "window", None, why="a window, window - 1 keys back and none ahead, is causal itself"))
@@ -50,7 +51,7 @@ class AttentionConfig(Validated):
     logits_dtype: Literal[LOGITS_DTYPES] = "float32"  # "input": float16 logits may overflow
     mask_after_softmax: bool = False                # softmax over all keys, then times the mask
     # key j visible iff j <= i + causal_offset
-    causal_offset: int = number(0, read_when=when("causal", True))
+    causal_offset: int = number(0, ge=-LENGTH, le=LENGTH, read_when=when("causal", True))
     knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
     # initialisation of each projection (INITS: default, zeros, normal, xavier_uniform); the
     # scale is normal's std or xavier_uniform's gain
@@ -66,7 +67,7 @@ class AttentionConfig(Validated):
     # projection: dense (trained W_o), none (heads concatenated into the residual; needs
     # num_heads * value_head_dim = d_model), frozen (a fixed random orthogonal W_o, never
     # trained); one matmul per head for q, k and v (needs fused_qkv=False)
-    value_head_dim: int | None = number(None, ge=1)
+    value_head_dim: int | None = number(None, ge=1, le=INT32)
     output_projection: Literal["dense", "none", "frozen"] = "dense"
     per_head_projections: bool = False
 
@@ -97,10 +98,10 @@ class PositionConfig(Validated):
     rope_scaling: Literal[ROPE_SCHEDULES] = "default"
     # s = L_eval / L_train, and L_train (None: max_length), of the schedules that read them
     rope_scale: float = number(1.0, ge=1, read_when=when("rope_scaling", "linear", "ntk", "yarn"))
-    train_length: int | None = number(None, ge=1,
+    train_length: int | None = number(None, ge=1, le=LENGTH,
                                       read_when=when("rope_scaling", "dynamic_ntk", "yarn"))
-    t5_num_buckets: int = number(32, ge=2)
-    t5_max_distance: int = number(128, ge=2)
+    t5_num_buckets: int = number(32, ge=2, le=INT32)
+    t5_max_distance: int = number(128, ge=2, le=LENGTH)
     learned_interpolate: bool = False               # learned table stretched to longer inputs
     added_scale: float = number(1.0, gt=0, argument=1.0)   # x the added absolute embedding
     added_norm: Literal[ADDED_NORMS] = "none"       # the added embedding normalised first
@@ -115,10 +116,10 @@ class PositionConfig(Validated):
 class ModelConfig(Validated):
     """A decoder-only language model."""
     PATH = "model"
-    vocab_size: int = number(256, ge=1)
-    d_model: int = number(128, ge=1)
-    num_layers: int = number(4, ge=1)
-    max_length: int = number(256, ge=1)
+    vocab_size: int = number(256, ge=1, le=INT32)
+    d_model: int = number(128, ge=1, le=INT32)
+    num_layers: int = number(4, ge=1, le=INT32)
+    max_length: int = number(256, ge=1, le=LENGTH)
     mlp: Literal["gelu", "swiglu"] = "gelu"
     mlp_ratio: float = number(4.0, gt=0)
     norm: Literal["layer", "rms"] = "layer"

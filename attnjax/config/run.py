@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from attnjax.config.fields import Validated, choice, number, when
+from attnjax.config.fields import INT32, LENGTH, Validated, choice, number, when
 from attnjax.config.kernel import kernel_request
 from attnjax.config.model import PADDED, ModelConfig
 from attnjax.registry import KERNELS, REGULARIZERS, TASKS
@@ -21,18 +21,18 @@ class DataConfig(Validated):
     KINDS = (("task", TASKS, "reads"),)
     task: str = choice("text", TASKS)
     path: str | None = None
-    length: int = number(128, ge=2)                   # training sequence length
-    eval_lengths: tuple[int, ...] = number((), ge=2)  # extra evaluation lengths
+    length: int = number(128, ge=2, le=LENGTH)        # training sequence length
+    eval_lengths: tuple[int, ...] = number((), ge=2, le=LENGTH)  # extra evaluation lengths
     val_fraction: float = number(0.1, gt=0, lt=1)
-    vocab_size: int = number(256, ge=2)              # synthetic tasks and token files
-    num_pairs: int = number(8, ge=1)                 # mqar key-value pairs
+    vocab_size: int = number(256, ge=2, le=INT32)    # synthetic tasks and token files
+    num_pairs: int = number(8, ge=1, le=INT32)       # mqar key-value pairs
     token_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
     # text and tokens (attnjax.data.padding): a BOS id before every window; padded examples
-    bos_token: int | None = number(None, ge=0)       # id < model.vocab_size; input only
+    bos_token: int | None = number(None, ge=0, lt=INT32)  # id < model.vocab_size; input only
     padding: Literal["none", *PADDED] = "none"       # where the pads of an example go
     # padded: real lengths in [this, length]; the pad id (None: random tokens)
-    min_length: int = number(1, ge=1, read_when=when("padding", *PADDED))
-    pad_token: int | None = number(0, ge=0, read_when=when("padding", *PADDED))
+    min_length: int = number(1, ge=1, le=LENGTH, read_when=when("padding", *PADDED))
+    pad_token: int | None = number(0, ge=0, lt=INT32, read_when=when("padding", *PADDED))
 
     def _validate(self):
         TASKS.get(self.task).check(self)
@@ -50,33 +50,33 @@ class DataConfig(Validated):
 class TrainConfig(Validated):
     """Optimisation, evaluation, logging and checkpoint cadence."""
     PATH = "train"
-    steps: int = number(1000, ge=1)
-    batch_size: int = number(32, ge=1)
+    steps: int = number(1000, ge=1, le=INT32)
+    batch_size: int = number(32, ge=1, le=INT32)
     learning_rate: float = number(1e-3, gt=0, argument=1e-3)
-    warmup_steps: int = number(100, ge=0, argument=0)
+    warmup_steps: int = number(100, ge=0, le=INT32, argument=0)
     final_lr_fraction: float = number(0.1, ge=0, le=1)    # cosine decays to this x the peak
     weight_decay: float = number(0.1, ge=0, argument=0.0)  # on matrices only
     b1: float = number(0.9, ge=0, lt=1)
     b2: float = number(0.95, ge=0, lt=1)
     clip_norm: float | None = number(1.0, gt=0)           # None: no clipping
-    grad_accum: int = number(1, ge=1)               # micro-batches per update (batch split evenly)
+    grad_accum: int = number(1, ge=1, le=INT32)     # micro-batches per update (batch split evenly)
     z_loss: float = number(0.0, ge=0, argument=0.0)  # coefficient of log^2 Z
     # attention regularisers (REGULARIZERS, attnjax.train.regularizers), each a coefficient of
     # any sign
     entropy_reg: float = 0.0                        # mean attention entropy
     weight_std_reg: float = 0.0                     # per-head std of the attention weights
     sharpen_reg: float = 0.0                        # KL to the sharpened attention
-    steps_per_dispatch: int = number(1, ge=1)       # >1: lax.scan over steps, data made on device
+    steps_per_dispatch: int = number(1, ge=1, le=INT32)  # >1: lax.scan, data made on device
     parallel: Literal["mesh", "pmap"] = "mesh"
-    log_every: int = number(50, ge=1)
-    eval_every: int = number(500, ge=1)
-    eval_batches: int = number(8, ge=1)
-    eval_batch_size: int = number(32, ge=1)
+    log_every: int = number(50, ge=1, le=INT32)
+    eval_every: int = number(500, ge=1, le=INT32)
+    eval_batches: int = number(8, ge=1, le=INT32)
+    eval_batch_size: int = number(32, ge=1, le=INT32)
     # the attention kernel evaluation runs (None: the model's); kernels compute the same
     # function, so this trades speed and memory (``chunked`` at long lengths), not results
     eval_kernel: str | None = choice(None, KERNELS)
-    checkpoint_every: int = number(500, ge=1)
-    keep_best: int = number(1, ge=1)                # checkpoints kept by validation loss (+ latest)
+    checkpoint_every: int = number(500, ge=1, le=INT32)
+    keep_best: int = number(1, ge=1, le=INT32)      # checkpoints kept by validation loss (+ latest)
     head_metrics: bool = False                      # log per-head attention statistics (log_every)
 
     def _validate(self):
@@ -100,7 +100,7 @@ class Config(Validated):
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    seed: int = number(0, ge=0, argument=0)
+    seed: int = number(0, ge=0, le=INT32, argument=0)
 
     def _validate(self):
         if self.model.vocab_size < self.data.vocab_size:

@@ -9,20 +9,27 @@ build such lists::
     cross(sweep_1, sweep_2)               -> every merge of one dict from each
 
 A run's name is a pure function of its overrides (keys sorted, so reordering axes never renames
-a run): ``num_heads=4,seed=1``.
+a run): ``num_heads=4,seed=1``. A name longer than a directory name may safely be (``MAX_NAME``
+bytes; the file system's limit is 255: a long ``data.path``, or many axes) keeps a readable
+prefix and ends in a hash of the full overrides, which stay in the run's config and in
+sweep.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import re
 from pathlib import Path
 
 from attnjax.config import Config, apply_overrides, parse_overrides
-from attnjax.experiment import load_experiment
+from attnjax.experiment import checked_config, load_experiment
 
 BASE_NAME = "base"
+MAX_NAME = 240      # bytes of a run name kept whole; a longer one is shortened (``run_name``)
+PREFIX = 150        # bytes of a shortened name's readable prefix (then ``~`` and 16 hex digits)
 
 
 def product(axes: dict[str, list]) -> list[dict]:
@@ -58,13 +65,21 @@ def _format_value(value) -> str:
 
 def run_name(overrides: dict) -> str:
     """``key=value`` pairs joined by commas, keys sorted; a key is shortened to its last dotted
-    part unless two keys of the same run share it. No overrides: ``base``."""
+    part unless two keys of the same run share it. No overrides: ``base``. A name over
+    ``MAX_NAME`` bytes becomes its first ``PREFIX`` bytes, ``~`` and the first 16 hex digits
+    of the SHA-256 of the overrides as sorted JSON (167 bytes at most)."""
     if not overrides:
         return BASE_NAME
     keys = sorted(overrides)
     last = [key.rsplit(".", 1)[-1] for key in keys]
     short = {key: part if last.count(part) == 1 else key for key, part in zip(keys, last)}
-    return ",".join(f"{short[key]}={_format_value(overrides[key])}" for key in keys)
+    name = ",".join(f"{short[key]}={_format_value(overrides[key])}" for key in keys)
+    if len(name.encode()) <= MAX_NAME:
+        return name
+    full = json.dumps(overrides, sort_keys=True, default=str)
+    digest = hashlib.sha256(full.encode()).hexdigest()[:16]
+    prefix = name.encode()[:PREFIX].decode(errors="ignore")
+    return f"{prefix}~{digest}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +98,7 @@ def expand(experiment: str | Path, overrides: list[str] | dict = ()) -> list[Run
     entries = module.get_sweep() if hasattr(module, "get_sweep") else [{}]
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"get_sweep() of {str(experiment)!r} must return a list of dicts")
-    base = module.get_config()
+    base = checked_config(module.get_config(), experiment)
     cli = parse_overrides(overrides) if isinstance(overrides, (list, tuple)) else dict(overrides)
     runs, seen = [], {}
     for entry in entries:

@@ -41,9 +41,9 @@ def init_state(config: Config) -> TrainState:
 def _init_program(structure: Config):
     """``seed -> (params, state)`` compiled once per structure (seeds share it)."""
     model, tx = DecoderLM(structure.model), make_optimizer(structure.train)
-    tokens = jnp.zeros((1, structure.data.length), jnp.int32)
 
-    def build(seed):
+    def build(seed):        # (arrays made inside: a trace that first calls this keeps none)
+        tokens = jnp.zeros((1, structure.data.length), jnp.int32)
         params = model.init(stream_key(seed, PARAMS_STREAM), tokens)["params"]
         return params, TrainState(step=jnp.zeros((), jnp.int32), params=params,
                                   opt_state=tx.init(params), skipped=jnp.zeros((), jnp.int32))
