@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnjax tests experiments

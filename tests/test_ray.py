@@ -1,5 +1,8 @@
-"""The ``ray`` launcher on a real local Ray instance (started by the sweep, as on a laptop):
-a 4-run sweep in which one run's Ray worker is killed mid-run."""
+"""The ``ray`` launcher on real local Ray instances: one started by the sweep itself and
+stopped after it (as on a laptop: the refusal test, run in this process), and one started
+once for this file that a 4-run sweep, in which one run's Ray worker is killed mid-run, and
+its ``--retry-failed`` rerun join with ``--address`` (as on a cluster). Starting an instance
+takes seconds; the two commands of the killed-worker test share one instead of starting two."""
 
 import json
 import os
@@ -10,18 +13,61 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
+import pytest
 
 from attnjax.rundir import RunDir
 from attnjax.sweep import expand
+from attnjax.sweep.ray_launcher import connect
 from attnjax.train import train
 from helpers import deterministic, run_cli, subprocess_env
 from test_sweep import KILLED, write_experiment
 
 
 def _ray_workers() -> list[int]:
-    """PIDs of Ray workers running an attnjax task (Ray titles them ``ray::<task>``)."""
+    """PIDs of Ray workers running an attnjax task (Ray titles them ``ray::<task>``) of this
+    process's Ray instance (its descendants: not another session's workers on the machine)."""
     out = subprocess.run(["pgrep", "-f", "ray::_train_on_ray"], capture_output=True, text=True)
-    return [int(pid) for pid in out.stdout.split()]
+    ours = []
+    for pid in map(int, out.stdout.split()):
+        try:
+            if any(p.pid == os.getpid() for p in psutil.Process(pid).parents()):
+                ours.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return ours
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """The address of a real local Ray instance started in this process (as a sweep starts
+    one), for sweeps to join with ``--address``; stopped after the file's tests. Its Ray
+    workers inherit the environment of the processes tests start (``subprocess_env``)."""
+    import ray
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in subprocess_env().items():
+            patch.setenv(key, value)
+        patch.delenv("RAY_ADDRESS", raising=False)
+        assert connect(ray, None)                   # started here, as a sweep starts one
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def test_a_request_no_node_can_grant_is_refused_before_anything_runs(tmp_path, capsys,
+                                                                    monkeypatch):
+    """Ray would queue a task asking for more CPUs than any node has forever. The sweep starts
+    its own local instance here (first in this file: before ``ray_instance`` is up) and
+    stops it."""
+    import ray
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not ray.is_initialized(), "defined first in this file: runs before ray_instance"
+    path = write_experiment(tmp_path, '[{"seed": 0}, {"seed": 1}]')
+    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
+                             "--launcher", "ray", "--cpus-per-run", "1000", "--no-progress")
+    errors = [line for line in err.splitlines() if line.startswith("attnjax: error:")]
+    assert code == 2 and len(errors) == 1, err             # (Ray adds notes of its own)
+    assert "--cpus-per-run=1000 but the largest node of the Ray cluster has" in errors[0]
+    assert not ray.is_initialized()                        # the instance it started is stopped
 
 
 def _wait_for_a_logging_run(sweep: Path, timeout: float = 300) -> None:
@@ -33,14 +79,14 @@ def _wait_for_a_logging_run(sweep: Path, timeout: float = 300) -> None:
     raise AssertionError("no Ray task ever started logging")
 
 
-def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path):
+def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path, ray_instance):
     path = write_experiment(tmp_path, '[{"seed": s} for s in range(4)]')
     sweep = tmp_path / "s"
     overrides = [f"{k}={v}" for k, v in KILLED.items()]
     command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
                "--workdir", str(sweep), "--launcher", "ray", "--jobs", "1",
-               "--cpus-per-run", "1", "--no-progress"]
-    env = subprocess_env()                       # no RAY_ADDRESS: a local instance for the sweep
+               "--cpus-per-run", "1", "--no-progress", "--address", ray_instance]
+    env = subprocess_env()                       # the cluster is --address, not RAY_ADDRESS
     env.pop("RAY_ADDRESS", None)
     driver = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
@@ -66,16 +112,6 @@ def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
-
-
-def test_a_request_no_node_can_grant_is_refused_before_anything_runs(tmp_path, capsys):
-    """Ray would queue a task asking for more CPUs than any node has forever."""
-    path = write_experiment(tmp_path, '[{"seed": 0}, {"seed": 1}]')
-    code, out, err = run_cli(capsys, "sweep", str(path), "--workdir", str(tmp_path / "s"),
-                             "--launcher", "ray", "--cpus-per-run", "1000", "--no-progress")
-    errors = [line for line in err.splitlines() if line.startswith("attnjax: error:")]
-    assert code == 2 and len(errors) == 1, err             # (Ray adds notes of its own)
-    assert "--cpus-per-run=1000 but the largest node of the Ray cluster has" in errors[0]
 
 
 def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):

@@ -273,8 +273,11 @@ def _running_worker(sweep: Path, trained: bool, timeout: float = 300) -> tuple[s
     raise AssertionError("no run was ever marked running")
 
 
-# 4 runs of 200 steps, checkpoints every 50: long enough to be killed mid-run
-KILLED = {"train.steps": 200, "train.checkpoint_every": 50, "train.eval_every": 50}
+# 4 runs of 100 steps, a checkpoint and an evaluation at 50 and 100: a run logs from step 5
+# on, so once one has logged, 95 steps (19 logs, 2 evaluations and checkpoints: about a second
+# after compilation, more under load) are left for the kill to land in. The steps themselves
+# cost next to nothing; the logs, evaluations and checkpoints are what a longer run adds.
+KILLED = {"train.steps": 100, "train.checkpoint_every": 50, "train.eval_every": 50}
 
 
 @pytest.mark.parametrize("launcher, moment", [("processes", "starting"),

@@ -145,10 +145,13 @@ for parallel in ("mesh", "pmap"):
     assert (diff / norm) ** 0.5 < 1e-5, (diff / norm) ** 0.5
     print(parallel, "OK", many[:3])
 # 2 micro-batches on 2 devices: the same losses, and each micro-batch stays spread over both
-# devices (the program's only collective is the gradient all-reduce, no all-gather of data)
+# devices (the program's only collective is the gradient all-reduce, no all-gather of data).
+# The program inspected is the one that just trained (same config, so the compilation cache
+# gives its executable back instead of compiling another).
 accum, _ = losses("mesh", jax.devices()[:2], **{{"train.grad_accum": 2}})
 np.testing.assert_allclose(accum, one, rtol=2e-6)
-config = apply_overrides(Config(), {{**TINY, "train.grad_accum": 2}})
+config = apply_overrides(Config(), {{**TINY, "train.parallel": "mesh",
+                                     "train.steps_per_dispatch": 5, "train.grad_accum": 2}})
 runner = Runner(config, Dataset(config.data), jax.devices()[:2])
 hlo = runner.lower(runner.place(init_state(config)),
                    hyper.as_arrays([config], stacked=False)).compile().as_text()
