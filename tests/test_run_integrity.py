@@ -236,6 +236,23 @@ def test_the_checkpoint_saved_config_is_the_newest_readable_one(finished):
         checkpoints.close()
 
 
+def test_a_reader_follows_the_writer_past_a_checkpoint_it_removed(finished, tmp_path, capsys):
+    """A reader opened when step 10 was the newest checkpoint; the writer then saved 20 and
+    removed 10 (it keeps the newest ones): the reader restores 20, and says nothing."""
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    shutil.move(workdir / "ckpt" / "20", tmp_path / "20")
+    reader = Checkpoints(workdir / "ckpt", read_only=True)
+    try:
+        shutil.move(tmp_path / "20", workdir / "ckpt" / "20")
+        shutil.rmtree(workdir / "ckpt" / "10")
+        params, step = reader.restore_params()
+        assert step == 20 and params is not None
+    finally:
+        reader.close()
+    assert capsys.readouterr().err == ""
+
+
 # ------------------------------------------------ run and sweep directories are data, not code
 
 def test_reading_a_sweep_runs_none_of_its_code_and_follows_no_path_out(finished, tmp_path,
