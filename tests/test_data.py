@@ -1,5 +1,7 @@
 """Datasets: determinism in (seed, step, split), task semantics, splits, token files."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -41,6 +43,52 @@ def test_mqar_queries_recall_their_values():
         assert sorted(x[scored]) == sorted(keys)              # every key is queried once
         for t in scored:
             assert y[t] == lookup[x[t]]                     # target = the key's value
+
+
+ZOOLOGY = {"mqar_filler": "random", "mqar_query_power": 0.01, "mqar_distinct_values": True}
+
+
+def test_mqar_with_zoologys_choices_still_recalls_and_fills_with_tokens():
+    batch = synthetic("mqar", length=40, **ZOOLOGY).batch(0, 0, 64, 40, "train")
+    inputs, targets, weights = (np.asarray(batch[k]) for k in ("inputs", "targets", "weights"))
+    for x, y, w in zip(inputs, targets, weights):
+        keys, values = x[0:8:2], x[1:8:2]
+        assert len(set(keys)) == 4 and len(set(values)) == 4           # distinct values too
+        scored = np.flatnonzero(w)
+        assert len(scored) == 4 and scored.min() >= 8 and (scored % 2 == 0).all()  # even slots
+        assert sorted(x[scored]) == sorted(keys)
+        lookup = dict(zip(keys, values))
+        assert all(y[t] == lookup[x[t]] for t in scored)
+    assert inputs.min() >= 1 and len(np.unique(inputs[:, 8:])) > 40     # no zero filler
+
+
+@pytest.mark.parametrize("power", [0.01, 1.0])
+def test_mqar_query_gaps_follow_the_power_law(power):
+    """Query slots ``2P + 2g``; the gaps are a draw without replacement with ``p(g) ∝
+    (g + 1)^(power - 1)``: their histogram matches numpy's sequential draw (the same law)."""
+    pairs, length, n = 4, 48, 4000
+    batch = synthetic("mqar", length=length, mqar_query_power=power).batch(0, 0, n, length,
+                                                                            "train")
+    gaps = (np.flatnonzero(np.asarray(batch["weights"]).ravel()) % length - 2 * pairs) // 2
+    space = (length - 2 * pairs) // 2
+    p = np.arange(1, space + 1) ** (power - 1.0)
+    rng = np.random.default_rng(0)
+    reference = np.concatenate([rng.choice(space, pairs, replace=False, p=p / p.sum())
+                                for _ in range(n)])
+    ours, theirs = (np.bincount(g, minlength=space) / len(g) for g in (gaps, reference))
+    np.testing.assert_allclose(ours, theirs, atol=0.02)      # 16k draws each: sd < 0.004
+    if power < 1:
+        assert ours[:4].sum() > 0.5 > 4 / space                # most queries near the pairs
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"length": 15, "mqar_query_power": 0.01}, "data.length=15 must be >= 4 * num_pairs = 16"),
+    ({"vocab_size": 6, "mqar_distinct_values": True},
+     "data.mqar_distinct_values needs num_pairs=4 <= the 3 values of vocab_size=6"),
+])
+def test_mqar_choices_that_cannot_be_honoured_are_refused(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        synthetic("mqar", **settings)
 
 
 def test_copy_and_sort_score_the_second_half():

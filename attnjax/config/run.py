@@ -26,6 +26,10 @@ class DataConfig(Validated):
     val_fraction: float = number(0.1, gt=0, lt=1)
     vocab_size: int = number(256, ge=2, le=INT32)    # synthetic tasks and token files
     num_pairs: int = number(8, ge=1, le=INT32)       # mqar key-value pairs
+    # mqar's filler, query placement (None: uniform; a: power law) and values (data/synthetic)
+    mqar_filler: Literal["zero", "random"] = "zero"
+    mqar_query_power: float | None = number(None, gt=0, le=1)
+    mqar_distinct_values: bool = False
     token_dtype: Literal["uint16", "uint32", "int32"] = "uint16"
     # text and tokens (attnjax.data.padding): a BOS id before every window; padded examples
     bos_token: int | None = number(None, ge=0, lt=INT32)  # id < model.vocab_size; input only

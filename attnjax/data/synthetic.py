@@ -19,25 +19,52 @@ def _next_token(seq: jax.Array, scored: jax.Array) -> dict:
             "weights": scored.astype(jnp.float32)}
 
 
-def mqar(key, batch_size: int, length: int, vocab_size: int, num_pairs: int) -> dict:
+def mqar(key, batch_size: int, length: int, vocab_size: int, num_pairs: int,
+         mqar_filler: str = "zero", mqar_query_power: float | None = None,
+         mqar_distinct_values: bool = False) -> dict:
     """Multi-query associative recall: ``k1 v1 ... kP vP`` then the P keys again, shuffled, at
-    random distinct positions of the remaining sequence (filler 0 elsewhere). At a query
-    position the target is the key's value; only those positions are scored. Keys come from
-    ``[1, V/2)``, values from ``[V/2, V)``; keys within an example are distinct.
+    distinct positions of the remaining sequence. At a query position the target is the key's
+    value; only those positions are scored. Keys come from ``[1, V/2)``, values from
+    ``[V/2, V)``; keys within an example are distinct.
+
+    Three choices, each Zoology's when set as ``experiments/mqar.py`` sets them:
+
+    - ``mqar_filler``: the tokens between the queries, ``zero`` (token 0) or ``random``
+      (uniform over ``[1, V)``; Zoology's ``random_non_queries``);
+    - ``mqar_query_power``: ``None`` puts the queries at uniformly drawn positions; ``a`` puts
+      query ``i`` at ``2P + 2 g_i``, the gaps ``g`` drawn without replacement from
+      ``[0, (L - 2P) / 2)`` with ``p(g) ∝ (g + 1)^(a - 1)`` (Zoology: ``a = 0.01``, most
+      queries close to the pairs);
+    - ``mqar_distinct_values``: values drawn without replacement (Zoology) or with it.
 
     References: Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient
     Language Models" (MQAR).
     """
     half = vocab_size // 2
+    region = length - 2 * num_pairs
+
+    def query_slots(key):
+        if mqar_query_power is None:
+            return 2 * num_pairs + jax.random.permutation(key, region)[:num_pairs]
+        gaps = jnp.arange(1, region // 2 + 1, dtype=jnp.float32) ** (mqar_query_power - 1)
+        chosen = jax.random.choice(key, region // 2, (num_pairs,), replace=False,
+                                   p=gaps / gaps.sum())
+        return 2 * num_pairs + 2 * chosen
 
     def example(key):
         k_keys, k_vals, k_order, k_pos = jax.random.split(key, 4)
+        k_fill = jax.random.fold_in(key, 1)    # apart from those four: zero filler's stream kept
         keys = jax.random.choice(k_keys, jnp.arange(1, half), (num_pairs,), replace=False)
-        values = jax.random.randint(k_vals, (num_pairs,), half, vocab_size)
+        if mqar_distinct_values:
+            values = jax.random.choice(k_vals, jnp.arange(half, vocab_size), (num_pairs,),
+                                       replace=False)
+        else:
+            values = jax.random.randint(k_vals, (num_pairs,), half, vocab_size)
         order = jax.random.permutation(k_order, num_pairs)
-        region = length - 2 * num_pairs
-        slots = 2 * num_pairs + jax.random.permutation(k_pos, region)[:num_pairs]
-        inputs = jnp.zeros(length, jnp.int32).at[0:2 * num_pairs:2].set(keys)
+        slots = query_slots(k_pos)
+        inputs = (jnp.zeros(length, jnp.int32) if mqar_filler == "zero"
+                  else jax.random.randint(k_fill, (length,), 1, vocab_size))
+        inputs = inputs.at[0:2 * num_pairs:2].set(keys)
         inputs = inputs.at[1:2 * num_pairs:2].set(values).at[slots].set(keys[order])
         targets = jnp.zeros(length, jnp.int32).at[slots].set(values[order])
         weights = jnp.zeros(length, jnp.float32).at[slots].set(1.0)
@@ -97,13 +124,21 @@ def uniform(key, batch_size: int, length: int, vocab_size: int) -> dict:
 
 
 def _check_mqar(config):
+    spread = config.mqar_query_power is not None     # one even slot per query: 4 per pair
+    needed = (4 if spread else 3) * config.num_pairs
     for n in config.lengths:
-        if n < 3 * config.num_pairs:
-            raise ValueError(f"data.length={n} must be >= 3 * num_pairs = {3 * config.num_pairs} "
-                             "for mqar (pairs, then one query per pair)")
+        if n < needed:
+            raise ValueError(f"data.length={n} must be >= {needed // config.num_pairs} * "
+                             f"num_pairs = {needed} for mqar (pairs, then one "
+                             f"{'even slot' if spread else 'position'} per query)")
+    values = config.vocab_size - config.vocab_size // 2
+    if config.mqar_distinct_values and config.num_pairs > values:
+        raise ValueError(f"data.mqar_distinct_values needs num_pairs={config.num_pairs} <= the "
+                         f"{values} values of vocab_size={config.vocab_size}")
 
 
-register_synthetic("mqar", mqar, reads=("num_pairs",), check=_check_mqar)
+register_synthetic("mqar", mqar, reads=("num_pairs", "mqar_filler", "mqar_query_power",
+                                         "mqar_distinct_values"), check=_check_mqar)
 register_synthetic("copy", copy)
 register_synthetic("sort", sort)
 register_synthetic("induction", induction)
