@@ -21,7 +21,8 @@ import pytest
 import attnjax  # noqa: F401  (registers the kernels)
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
 from attnjax.data import Dataset
-from attnjax.nn import DecoderLM, MultiHeadAttention
+from attnjax.models.decoder import DecoderLM
+from attnjax.nn import MultiHeadAttention
 from attnjax.nn.attention import frozen_projection
 from attnjax.nn.layouts import convert_projections
 from attnjax.nn.slots import head_init, projection_init
@@ -383,7 +384,7 @@ def test_model_flops_count_the_value_width_and_the_frozen_projection():
 
 REFUSALS = {
     "value_head_dim=0": (dict(value_head_dim=0), {},
-                         "model.attention.value_head_dim must be >= 1, got 0"),
+                         "model.attention.value_head_dim must be in [1, 2147483647], got 0"),
     "output_projection choice": (dict(output_projection="identity"), {},
                                  "model.attention.output_projection='identity' is not valid; "
                                  "choices: dense, none, frozen"),
