@@ -1,6 +1,7 @@
 """Sampling from a trained run with the KV cache, as one compiled program: the prompts in one
-``DecoderLM`` call with ``decode=True``, then every further token inside a ``lax.scan`` of
-one-token decoding steps, so a generation is one dispatch rather than one per token. A run's
+call of the model (a family that decodes, ``attnjax.models``) with ``decode=True``, then
+every further token inside a ``lax.scan`` of one-token decoding steps, so a generation is one
+dispatch rather than one per token. A run's
 config and parameters come from ``attnjax.rundir.RunDir(path).params()``. ``empty_cache``
 and ``decode_step`` are the pieces ``generate`` and ``attnjax bench generate`` share."""
 
@@ -15,19 +16,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config.kernel import kernel_request
-from attnjax.nn import DecoderLM
+from attnjax.models import build, family
+from attnjax.registry import MODELS
 
 
 def _cache_tree(config, batch: int):
     tokens = jnp.zeros((batch, 1), jnp.int32)
-    return DecoderLM(config.model).init(jax.random.key(0), tokens, decode=True)["cache"]
+    return build(config.model).init(jax.random.key(0), tokens, decode=True)["cache"]
 
 
 def empty_cache(config, batch: int = 1):
     """The KV cache of ``batch`` sequences, ``model.max_length`` slots per layer, holding
     nothing yet; a model whose kernel or position encoding cannot decode is refused here,
     before tracing."""
-    kernel_request(config.model, decode=True)
+    check_decodes(config)
     return jax.jit(_cache_tree, static_argnums=(0, 1))(config, batch)
 
 
@@ -36,7 +38,7 @@ def decode_step(config):
     ``tokens`` ``[B, T]`` placed after the ``t`` tokens the cache holds (positions ``t ..
     t+T-1``, attending to those ``t`` and causally to each other), and the cache holding
     ``t + T``. Pure: jit it alone or inside a caller's function."""
-    model = DecoderLM(config.model)
+    model = build(config.model)
 
     def step(params, cache, tokens):
         (logits, _), updated = model.apply({"params": params, "cache": cache}, tokens,
@@ -101,8 +103,18 @@ def check_sampling(config, prompts, num_tokens: int, temperature: float, top_k: 
                          f"None for every token, got {top_k!r}")
     if not (_integer(seed) and SEEDS[0] <= seed <= SEEDS[1]):
         raise ValueError(f"seed (--seed) must be in [{SEEDS[0]}, {SEEDS[1]}], got {seed!r}")
-    kernel_request(config.model, decode=True)
+    check_decodes(config)
     return prompts
+
+
+def check_decodes(config) -> None:
+    """Refuse, in one line, a model whose family, kernel or position encoding cannot decode
+    token by token with a cache."""
+    if not family(config.model).decodes:
+        decoding = [name for name, entry in MODELS.items() if entry.decodes]
+        raise ValueError(f"model.family={config.model.family!r} does not decode token by "
+                         f"token; families that do: {', '.join(decoding)}")
+    kernel_request(config.model, decode=True)
 
 
 def _integer(value) -> bool:

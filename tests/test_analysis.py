@@ -19,8 +19,8 @@ from attnjax.analysis import heads as K
 from attnjax.analysis import heatmaps as V
 from attnjax.config import Config, apply_overrides, from_json, to_dict, to_json
 from attnjax.data import Dataset
-from attnjax.nn import DecoderLM
-from attnjax.nn.probe import STATS
+from attnjax.models.decoder import DecoderLM
+from attnjax.models.probe import STATS
 from attnjax.nn.transformer import knockout_gates
 from attnjax.ops import stats as S
 from attnjax.rundir import RunDir

@@ -18,7 +18,7 @@ from attnjax.bench.memory import train_step_memory
 from attnjax.bench.startup import run_startup_benchmark
 from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.train import loop
 from attnjax.train.loop import PHASES
 from attnjax.train.state import init_params

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnjax.generate import decode_step, empty_cache, generate, sample
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.train.state import init_params
 from helpers import TINY_TEXT, tiny_config
 

@@ -17,7 +17,7 @@ from attnjax.bench.memory import train_step_memory
 from attnjax.config import Config, TrainConfig, apply_overrides
 from attnjax.experiment import experiment_config
 from attnjax.generate import sample
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import run_name
 from attnjax.train import footprint, state, train

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnjax.config import AttentionConfig, ModelConfig
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.ops import dot_product_attention
 from attnjax.registry import KERNELS
 

@@ -18,7 +18,8 @@ import pytest
 
 import attnjax  # noqa: F401  (registers the kernels and position encodings)
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
-from attnjax.nn import Block, DecoderLM, FeedForward
+from attnjax.models.decoder import DecoderLM
+from attnjax.nn import Block, FeedForward
 from attnjax.ops import positions as P
 from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
 

@@ -12,7 +12,7 @@ import pytest
 from attnjax.config import Config, DataConfig, apply_overrides
 from attnjax.data import Dataset, load_dataset
 from attnjax.data.padding import frame
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.config.kernel import kernel_request
 from attnjax.nn.slots import padding_arguments
 from attnjax.registry import KERNELS, POSITIONS

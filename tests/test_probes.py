@@ -18,8 +18,8 @@ from attnjax.analysis import compare, occlusion as O, recall as R
 from attnjax.analysis.head_similarity import layer_summary
 from attnjax.config import to_dict
 from attnjax.data.synthetic import induction
-from attnjax.nn import DecoderLM
-from attnjax.nn.probe import capture_streams
+from attnjax.models.decoder import DecoderLM
+from attnjax.models.probe import capture_streams
 from attnjax.ops import stats as S
 from attnjax.rundir import RunDir
 from attnjax.train.state import init_state

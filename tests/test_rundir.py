@@ -152,7 +152,7 @@ def test_params_build_no_model_and_no_optimizer(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("loading parameters built a model or an optimizer")
     monkeypatch.setattr(state, "make_optimizer", refuse)
-    monkeypatch.setattr(state, "DecoderLM", refuse)
+    monkeypatch.setattr(state, "build", refuse)
     _, params, step = run.params()
     assert step == 10
     chex.assert_trees_all_equal(params, saved.params)

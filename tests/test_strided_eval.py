@@ -11,7 +11,7 @@ import pytest
 
 from attnjax.config import to_dict
 from attnjax.data import Dataset
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.rundir import RunDir
 from attnjax.train import evaluate
 from attnjax.train.state import init_params, init_state

@@ -19,7 +19,7 @@ import pytest
 
 from attnjax.config import Config, apply_overrides
 from attnjax.data import Dataset, load_dataset
-from attnjax.nn import DecoderLM
+from attnjax.models.decoder import DecoderLM
 from attnjax.rundir import RunDir
 from attnjax.checkpoint import Checkpoints
 from attnjax.train import hyper, loop, train

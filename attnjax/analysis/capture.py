@@ -15,7 +15,7 @@ import numpy as np
 
 from attnjax.config import Config
 from attnjax.data import load_dataset
-from attnjax.nn.probe import capture, stream_cosines
+from attnjax.models.probe import capture, stream_cosines
 
 
 def probe_examples(config: Config, *, text: str | None = None, batch_size: int = 4,

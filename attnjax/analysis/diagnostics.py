@@ -2,7 +2,7 @@
 
 The statistics themselves are pure functions in ``attnjax.ops.stats`` (entropy, normalised
 entropy, max weight, sink mass, activation ratio, previous-token and induction scores, max
-causal logit, q and k norms), computed on a probe batch by ``attnjax.nn.probe``; the training
+causal logit, q and k norms), computed on a probe batch by ``attnjax.models.probe``; the training
 loop logs the same ones behind ``train.head_metrics``. Here they are joined by ``pos_sim@p``:
 how alike the position encoding makes positions 0 and p, from the encoding's ``similarity``
 hook (``attnjax.nn.positions``): learned / sinusoidal: cosine similarity of the embedding
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import Config
-from attnjax.nn.probe import STATS, head_stat_arrays
+from attnjax.models.probe import STATS, head_stat_arrays
 from attnjax.registry import POSITIONS
 
 POSITION_OFFSETS = (10, 100)
@@ -49,7 +49,7 @@ def position_similarity(config: Config, params, offset: int) -> np.ndarray:
 
 def head_statistics(config: Config, params, tokens) -> dict[str, np.ndarray]:
     """Every statistic on ``tokens`` ``[B, T]``: name -> ``[layers, heads]`` float64
-    (``attnjax.nn.probe.STATS``, then ``pos_sim@10``, ``pos_sim@100``)."""
+    (``attnjax.models.probe.STATS``, then ``pos_sim@10``, ``pos_sim@100``)."""
     arrays = _compiled_stats(config)(params, jnp.asarray(tokens))
     stats = {name: np.asarray(arrays[name], np.float64) for name in STATS}
     for offset in POSITION_OFFSETS:

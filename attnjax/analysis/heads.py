@@ -1,6 +1,6 @@
 """Which heads matter: single-head knockout, gradient importance, iterative pruning.
 
-Every head h of every layer has a gate ``xi_h`` on its output (``DecoderLM(head_gates=...)``,
+Every head h of every layer has a gate ``xi_h`` on its output (the model's ``head_gates``,
 ``[layers, heads]``, 1 = untouched, 0 = knocked out; with ``attention.use_bias`` the output
 projection's bias stays, as it belongs to no head). All losses are the validation loss of
 ``attnjax.train.loop.evaluate`` (``sum CE / sum weight`` over the same ``train.eval_batches``
@@ -39,9 +39,8 @@ from attnjax.analysis.head_similarity import format_js_table, head_js, plot_head
 from attnjax.analysis.heatmaps import plot_head_matrix
 from attnjax.config import Config
 from attnjax.data import Dataset
-from attnjax.nn import DecoderLM
+from attnjax.models import build, family
 from attnjax.rundir import RunDir
-from attnjax.train.step import token_sums
 
 ORDERS = ("importance", "knockout", "random")
 
@@ -78,11 +77,11 @@ def _check_gates(config: Config, gates) -> jax.Array:
 
 @functools.lru_cache(maxsize=8)
 def _compiled_sums(config: Config):
-    model = DecoderLM(config.model)
+    model, objective = build(config.model), family(config.model)
 
     def sums(params, gates, batch):
         logits, _ = model.apply({"params": params}, batch["inputs"], head_gates=gates)
-        return token_sums(logits, batch)
+        return objective.sums(logits, batch)
 
     return jax.jit(sums)
 
@@ -125,11 +124,11 @@ def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None)
 
 @functools.lru_cache(maxsize=8)
 def _compiled_gate_grads(config: Config):
-    model = DecoderLM(config.model)
+    model, objective = build(config.model), family(config.model)
 
     def example_loss(gates, params, inputs, targets, weights):
         logits, _ = model.apply({"params": params}, inputs[None], head_gates=gates)
-        sums = token_sums(logits, {"targets": targets[None], "weights": weights[None]})
+        sums = objective.sums(logits, {"targets": targets[None], "weights": weights[None]})
         return sums["ce"] / jnp.where(sums["weight"] > 0, sums["weight"], 1.0)
 
     def gate_grads(params, gates, batch):

@@ -32,7 +32,7 @@ import numpy as np
 from attnjax.analysis.capture import attention_weights
 from attnjax.analysis.figures import subplots
 from attnjax.config import Config
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.ops.stats import spearman
 
 MEMORY = 2 ** 28        # bytes of one vmapped chunk of occluded forward passes (about)
@@ -47,8 +47,9 @@ def replacement_tokens(inputs, vocab_size: int, seed, draw) -> jax.Array:
     return ((inputs + 1 + u) % vocab_size).astype(inputs.dtype)
 
 
-def token_losses(model: DecoderLM, params, inputs, targets) -> jax.Array:
-    """``l_i`` ``[B, T]``: the cross-entropy of each target (nats)."""
+def token_losses(model, params, inputs, targets) -> jax.Array:
+    """``l_i`` ``[B, T]``: the cross-entropy of each target (nats) under ``model`` (a model
+    family's module)."""
     logits, _ = model.apply({"params": params}, inputs)
     target = jnp.take_along_axis(logits, targets[..., None], -1)[..., 0]
     return jax.nn.logsumexp(logits, -1) - target
@@ -62,7 +63,7 @@ def _chunk(config: Config, batch: int, length: int, copies: int) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _compiled_importance(model_config, draws: int, chunk: int):
-    model, V = DecoderLM(model_config), model_config.vocab_size
+    model, V = build(model_config), model_config.vocab_size
 
     def importance(params, inputs, targets, seed):
         B, T = inputs.shape

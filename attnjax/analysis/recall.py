@@ -36,7 +36,7 @@ import numpy as np
 from attnjax.analysis.figures import subplots
 from attnjax.analysis.heads import validation_batches
 from attnjax.config import Config
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.rundir import RunDir
 
 RECALL_TASKS = ("induction", "mqar")
@@ -129,7 +129,7 @@ def bucket_accuracy(distances, correct, weights, edges) -> dict:
 
 @functools.lru_cache(maxsize=8)
 def _compiled_predictions(model_config):
-    model = DecoderLM(model_config)
+    model = build(model_config)
     return jax.jit(lambda p, t: jnp.argmax(model.apply({"params": p}, t)[0], -1))
 
 

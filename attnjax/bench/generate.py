@@ -28,7 +28,7 @@ import numpy as np
 from attnjax.bench.common import median_seconds, write_json
 from attnjax.config import Config, apply_overrides
 from attnjax.generate import decode_step, empty_cache, generate, next_tokens
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.train.state import init_params
 
 
@@ -58,7 +58,7 @@ def cached_step_seconds(config: Config, fills, *, batch: int = 1, repeats: int =
 
 def forward_seconds(config: Config, n: int, *, batch: int = 1, repeats: int = 5) -> float:
     """Median seconds of one full forward over ``n`` tokens, to the last position's logits."""
-    model = DecoderLM(config.model)
+    model = build(config.model)
     forward = jax.jit(lambda params, tokens: model.apply({"params": params}, tokens)[0][:, -1])
     return median_seconds(forward, init_params(config), _tokens(config, batch, n),
                           repeats=repeats)

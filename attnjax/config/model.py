@@ -10,7 +10,8 @@ from attnjax.config.fields import (INT32, LENGTH, RATE, Validated, choice, field
 from attnjax.config.kernel import kernel_request
 from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
 from attnjax.ops.positions import ROPE_SCHEDULES
-from attnjax.registry import DROPOUTS, INITS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
+from attnjax.registry import (DROPOUTS, INITS, KERNELS, MODELS, POSITIONS, QK_NORMS, SCALES,
+                              SINKS)
 
 ADDED_NORMS = ("none", "layer", "unit")   # see attnjax.nn.transformer.added_positions
 SCALED_INITS = ("normal", "xavier_uniform")   # the INITS that read their <name>_init_scale
@@ -114,8 +115,12 @@ class PositionConfig(Validated):
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(Validated):
-    """A decoder-only language model."""
+    """A model of the family ``family`` names (``attnjax.registry.MODELS``, ``attnjax.models``:
+    ``decoder``, a decoder-only language model, by default); the fields below are shared by
+    the families, and a field one family alone reads is refused under the others."""
     PATH = "model"
+    KINDS = (("family", MODELS, "reads"),)
+    family: str = choice("decoder", MODELS)
     vocab_size: int = number(256, ge=1, le=INT32)
     d_model: int = number(128, ge=1, le=INT32)
     num_layers: int = number(4, ge=1, le=INT32)

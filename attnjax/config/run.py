@@ -8,7 +8,7 @@ from typing import Literal
 from attnjax.config.fields import INT32, LENGTH, Validated, choice, number, when
 from attnjax.config.kernel import kernel_request
 from attnjax.config.model import PADDED, ModelConfig
-from attnjax.registry import KERNELS, REGULARIZERS, TASKS
+from attnjax.registry import KERNELS, MODELS, REGULARIZERS, TASKS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +114,10 @@ class Config(Validated):
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
         self.model.check_lengths(self.data.lengths)
+        tasks = MODELS.get(self.model.family).tasks
+        if tasks is not None and self.data.task not in tasks:
+            self._fail("data.task", f"={self.data.task!r} is not a task of model.family="
+                       f"{self.model.family!r}; choices: {', '.join(tasks)}")
         for name in ("bos_token", "pad_token"):
             token = getattr(self.data, name)
             if token is not None and token >= self.model.vocab_size:

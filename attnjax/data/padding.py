@@ -21,7 +21,8 @@ padding and ``s = 0`` for right padding::
 the data's vocabulary. The corpus offsets are the unpadded ones (the same key), and the real
 lengths and random pads come from their own keys, so a padded batch holds the prefixes of the
 unpadded batch's windows and changing the pad content changes nothing else.
-``model_arguments`` passes ``positions`` and ``token_mask`` on to ``DecoderLM``.
+``model_arguments`` passes ``positions`` and ``token_mask`` on to the model (the decoder
+family's ``arguments``, ``attnjax.models``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _LENGTH_STREAM, _PAD_STREAM = 1, 2          # folded into a batch key for the dr
 
 
 def model_arguments(batch: dict) -> dict:
-    """``DecoderLM`` keyword arguments of a batch: ``positions`` and ``token_mask`` of a padded
+    """The model's keyword arguments of a batch: ``positions`` and ``token_mask`` of a padded
     batch, nothing for an unpadded one."""
     return {key: batch[key] for key in PADDED_KEYS if key in batch}
 

@@ -2,4 +2,4 @@
 
 from attnjax.nn.attention import MultiHeadAttention
 from attnjax.nn.positions import PositionEncoding
-from attnjax.nn.transformer import Block, DecoderLM, FeedForward
+from attnjax.nn.transformer import Block, FeedForward

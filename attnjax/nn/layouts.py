@@ -25,7 +25,7 @@ def _layout_of(params: Mapping) -> str | None:
 
 def convert_projections(params, model: ModelConfig):
     """``params`` with the q, k, v projections of every attention module in it (a
-    ``MultiHeadAttention``'s tree, or one holding several, e.g. a ``DecoderLM``'s) re-laid out
+    ``MultiHeadAttention``'s tree, or one holding several, e.g. a whole model's) re-laid out
     in ``model``'s layout (``projection_layout``), computing the same function.
 
     The layout a module's parameters are in is read from their names (``qkv``, ``query``,

@@ -1,7 +1,6 @@
-"""Feed-forward, Block and DecoderLM. ``DecoderLM.__call__`` returns ``(logits, aux)``.
-
-``aux["attn_weights"]`` holds one ``[B, N, T, S]`` array per layer when ``return_weights``;
-diagnostics read it directly, no hooks needed.
+"""The layers a model family stacks: feed-forward, block, the token and position embedding
+helpers, head gates, and ``sown_by_layer`` (what each block sowed, in layer order). The
+models themselves are in ``attnjax.models``.
 
 References: Vaswani et al. 2017 (post-norm block); Xiong et al. 2020, "On Layer Normalization
 in the Transformer Architecture" (pre-norm); Shazeer 2020, "GLU Variants Improve
@@ -19,7 +18,7 @@ from attnjax.nn.attention import Dropout, MultiHeadAttention
 from attnjax.nn.slots import NORMS
 from attnjax.registry import POSITIONS
 
-# DecoderLM's parameters whose leading axis is the vocabulary (input and output embeddings)
+# a model's parameters whose leading axis is the vocabulary (input and output embeddings)
 VOCAB_PARAMS = ("embed", "unembed")
 
 
@@ -117,68 +116,3 @@ class Block(nn.Module):
         self.sow("intermediates", "attn_out", y)       # the attention sub-layer, before the add
         self.sow("intermediates", "residual", x)       # the residual stream after the block
         return x, weights
-
-
-class DecoderLM(nn.Module):
-    """Token embedding (+ absolute positions), ``num_layers`` blocks, final norm, logits.
-
-    ``positions`` default to ``arange(T)``; with ``decode=True`` they continue from the
-    number of tokens already decoded (a counter in the ``cache`` collection).
-
-    ``head_gates`` ``[num_layers, num_heads]`` multiplies each head's output before its
-    layer's output projection (see ``MultiHeadAttention``); the heads listed in
-    ``attention.knockout`` are gated to 0 on top, in training and evaluation alike. With no
-    gates and no knockout nothing is multiplied (the computation is exactly the ungated one).
-
-    ``token_mask`` ``[B, T]`` (a padded batch, see ``attnjax.data.padding``) is True at real
-    tokens and False at pads; ``positions`` ``[B, T]`` then number each example's real tokens
-    0..n-1 wherever its pads are. Every layer's attention gets the positions (for its masks
-    and biases) and, with ``attention.key_padding_mask``, the key-padding mask: query i sees
-    key j only where ``token_mask[i] == token_mask[j]`` (and causally, unless
-    ``attention.causal=False``), so a real token never sees a pad and its logits are those of
-    the unpadded sequence; a pad sees pads only, so no row is empty. With
-    ``key_padding_mask=False`` the pads stay visible (the ablation). ``None``: unpadded.
-    """
-    config: ModelConfig
-
-    @nn.compact
-    def __call__(self, tokens, positions=None, *, deterministic: bool = True,
-                 decode: bool = False, return_weights: bool = False, head_gates=None,
-                 token_mask=None):
-        cfg = self.config
-        dtype = jnp.dtype(cfg.dtype)
-        head_gates = knockout_gates(cfg, head_gates)
-        if token_mask is not None and decode:
-            raise ValueError("token_mask (a padded batch) cannot be decoded with the KV cache")
-        if positions is None:
-            offset = 0
-            if decode:
-                initialized = self.has_variable("cache", "position")
-                counter = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
-                if initialized:
-                    offset = counter.value
-                    counter.value = offset + tokens.shape[1]
-            positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
-        embed = nn.Embed(cfg.vocab_size, cfg.d_model,
-                         embedding_init=nn.initializers.normal(cfg.embed_init_std),
-                         name=VOCAB_PARAMS[0])
-        position = POSITIONS.get(cfg.position.kind)
-        x = embed(tokens).astype(dtype) * token_scale(cfg)
-        if position.embed is not None:
-            x = x + added_positions(self, position.embed(self, positions, cfg).astype(dtype), cfg)
-        x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
-        weights = []
-        for i in range(cfg.num_layers):
-            x, w = Block(cfg, name=f"block_{i}")(
-                x, positions, deterministic=deterministic, decode=decode,
-                return_weights=return_weights,
-                head_gates=None if head_gates is None else head_gates[i], token_mask=token_mask)
-            weights.append(w)
-        if cfg.norm_position == "pre":
-            x = NORMS[cfg.norm](dtype=dtype, name="final_norm")(x)
-        if cfg.tie_embeddings:
-            logits = embed.attend(x)
-        else:
-            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, name=VOCAB_PARAMS[1])(x)
-        aux = {"attn_weights": tuple(weights)} if return_weights else {}
-        return logits.astype(jnp.float32), aux

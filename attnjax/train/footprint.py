@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import Config
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.registry import KERNELS
 from attnjax.train.loop import eval_chunk_rows
 from attnjax.train.optim import make_optimizer
@@ -48,14 +48,14 @@ def state_bytes(config: Config) -> tuple[int, int]:
     """``(parameter bytes, optimizer-state bytes)`` of ``config``'s training state, from its
     shapes (``jax.eval_shape``: nothing is allocated or compiled). Not through
     ``init_state``, whose compiled program is cached: traced here, it would keep a tracer."""
-    model, tx = DecoderLM(config.model), make_optimizer(config.train)
+    model, tx = build(config.model), make_optimizer(config.train)
 
-    def build():
+    def initialise():
         tokens = jnp.zeros((1, config.data.length), jnp.int32)
         params = model.init(jax.random.key(0), tokens)["params"]
         return params, tx.init(params)
 
-    params, opt_state = jax.eval_shape(build)
+    params, opt_state = jax.eval_shape(initialise)
     return tree_bytes(params), tree_bytes(opt_state)
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import Config
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.train import hyper
 from attnjax.train.optim import make_optimizer
 
@@ -40,11 +40,11 @@ def init_state(config: Config) -> TrainState:
 @functools.lru_cache(maxsize=16)
 def _init_program(structure: Config):
     """``seed -> (params, state)`` compiled once per structure (seeds share it)."""
-    model, tx = DecoderLM(structure.model), make_optimizer(structure.train)
+    model, tx = build(structure.model), make_optimizer(structure.train)
 
-    def build(seed):        # (arrays made inside: a trace that first calls this keeps none)
+    def initialise(seed):        # (arrays made inside: a trace that first calls this keeps none)
         tokens = jnp.zeros((1, structure.data.length), jnp.int32)
         params = model.init(stream_key(seed, PARAMS_STREAM), tokens)["params"]
         return params, TrainState(step=jnp.zeros((), jnp.int32), params=params,
                                   opt_state=tx.init(params), skipped=jnp.zeros((), jnp.int32))
-    return jax.jit(build)
+    return jax.jit(initialise)

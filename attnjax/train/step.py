@@ -4,12 +4,12 @@ Objective on a batch with score weights ``w`` (``W = sum w`` over the *global* b
 
     loss = sum_t w_t [CE_t + z * log^2 Z_t] / W  +  sum_r c_r * R_r(attention)
 
-``CE`` is cross-entropy of the next token (``w = 0`` on the pads of a padded batch, whose
-``positions`` and ``token_mask`` go to the model: ``attnjax.data.padding.model_arguments``),
-``Z`` the softmax normaliser of the output logits (z-loss, PaLM), ``R_r`` the active
-attention regularisers with coefficients ``c_r`` (``attnjax.train.regularizers``: entropy,
-weight std, sharpening KL). Sums are
-formed per micro-batch and per device and divided by the global ``W``, so gradient
+``CE`` is the cross-entropy of the model family's objective (``attnjax.models``: its ``sums``;
+the decoder's is the next token, ``w = 0`` on the pads of a padded batch, and the family's
+``arguments`` hand the model a padded batch's positions and mask), ``Z`` the softmax
+normaliser of the output logits (z-loss, PaLM), ``R_r`` the active attention regularisers
+with coefficients ``c_r`` (``attnjax.train.regularizers``: entropy, weight std, sharpening
+KL). Sums are formed per micro-batch and per device and divided by the global ``W``, so gradient
 accumulation and data parallelism give the same update as one big batch. A step whose loss or
 gradient is not finite leaves parameters and optimizer state unchanged and is counted.
 
@@ -25,9 +25,8 @@ import jax.numpy as jnp
 import optax
 
 from attnjax.config import Config
-from attnjax.data.padding import model_arguments
-from attnjax.nn import DecoderLM
-from attnjax.nn.probe import head_stat_arrays
+from attnjax.models import build, family
+from attnjax.models.probe import head_stat_arrays
 from attnjax.nn.transformer import sown_by_layer
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, EVAL_DROPOUT_STREAM, TrainState, stream_key
@@ -51,15 +50,6 @@ def squared_norms_by_group(grads) -> dict[str, jax.Array]:
     return squares
 
 
-def token_sums(logits: jax.Array, batch: dict) -> dict:
-    """Weighted sums over a batch: cross-entropy, log^2 Z, correct predictions, weight."""
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
-    w = batch["weights"]
-    return {"ce": ((logz - target_logit) * w).sum(), "z": (logz**2 * w).sum(),
-            "correct": ((jnp.argmax(logits, -1) == batch["targets"]) * w).sum(), "weight": w.sum()}
-
-
 def _split_micro(batch: dict, parts: int) -> dict:
     """``[parts, rows / parts, ...]``: micro-batch ``i`` holds rows ``i, i + parts, ...``, so a
     batch sharded over devices in contiguous blocks (the mesh's ``data`` axis) leaves every
@@ -73,7 +63,8 @@ def _split_micro(batch: dict, parts: int) -> dict:
 def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     """``train_step(state, batch) -> (state, metrics)``; with ``axis_name`` it is the per-device
     body of a pmap whose sums are ``psum``-ed over that axis."""
-    model, tx = DecoderLM(config.model), make_optimizer(config.train)
+    model, tx = build(config.model), make_optimizer(config.train)
+    objective_of = family(config.model)
     cfg = config.train
     schedule = learning_rate_schedule(cfg)
     total = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
@@ -81,10 +72,10 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
     coefficient = lambda name: getattr(cfg, regularizers[name].coefficient)
 
     def objective(params, micro, rng, weight_total, replicas):
-        logits, aux = model.apply({"params": params}, micro["inputs"], **model_arguments(micro),
-                                  deterministic=False, return_weights=bool(regularizers),
-                                  rngs={"dropout": rng})
-        sums = token_sums(logits, micro)
+        logits, aux = model.apply({"params": params}, micro["inputs"],
+                                  **objective_of.arguments(micro), deterministic=False,
+                                  return_weights=bool(regularizers), rngs={"dropout": rng})
+        sums = objective_of.sums(logits, micro)
         loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
         terms = {name: reg.term(aux["attn_weights"]) for name, reg in regularizers.items()}
         # each term's mean over micro-batches and devices: their gradients are summed
@@ -141,18 +132,18 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
 
 
 def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
-    """``eval_step(params, batch, index) -> sums`` (see ``token_sums``): deterministic, or with
+    """``eval_step(params, batch, index) -> sums`` (the family's ``sums``): deterministic, or with
     ``train_mode`` with dropout on as in training (masks a function of the run's seed and
     ``index``, the forward pass's number in the evaluation, independent of the training
     masks)."""
-    model = DecoderLM(config.model)
+    model, objective_of = build(config.model), family(config.model)
 
     def eval_step(params, batch, index):
         rng = jax.random.fold_in(stream_key(config.seed, EVAL_DROPOUT_STREAM), index)
-        logits, _ = model.apply({"params": params}, batch["inputs"], **model_arguments(batch),
-                                deterministic=not train_mode,
+        logits, _ = model.apply({"params": params}, batch["inputs"],
+                                **objective_of.arguments(batch), deterministic=not train_mode,
                                 rngs={"dropout": rng} if train_mode else None)
-        return token_sums(logits, batch)
+        return objective_of.sums(logits, batch)
 
     return eval_step
 
@@ -160,12 +151,13 @@ def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
 def make_diagnostics(config: Config) -> Callable:
     """``diagnostics(params, batch) -> {"max_attn_logit", ...}``: the largest causal attention
     logit over all layers and heads (sown by the attention modules) and, with
-    ``train.head_metrics``, every head's statistics (``attnjax.nn.probe``) as
+    ``train.head_metrics``, every head's statistics (``attnjax.models.probe``) as
     ``head_<stat>/L{l}H{h}``."""
-    model, cfg = DecoderLM(config.model), config.model
+    model, cfg = build(config.model), config.model
+    arguments = family(cfg).arguments
 
     def diagnostics(params, batch):
-        _, variables = model.apply({"params": params}, batch["inputs"], **model_arguments(batch),
+        _, variables = model.apply({"params": params}, batch["inputs"], **arguments(batch),
                                    mutable=["intermediates"])
         sown = sown_by_layer(variables["intermediates"], cfg.num_layers)
         out = {"max_attn_logit": jnp.max(jnp.stack([s["max_logit"] for s in sown]))}

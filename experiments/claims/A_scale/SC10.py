@@ -2,7 +2,7 @@
 outputs of all tokens nearly coincide.
 
 Measure: per layer, the mean pairwise cosine across positions i >= 8 of the attention
-sub-layer's output (``attn_out``, before the residual add; ``attnjax.nn.probe.capture_streams``,
+sub-layer's output (``attn_out``, before the residual add; ``attnjax.models.probe.capture_streams``,
 ``ops.stats.mean_pairwise_cosine``) and ``norm_entropy`` (rows i >= 8, mean over heads), on 8
 validation windows of the run's own data:
 
@@ -30,7 +30,7 @@ from attnjax.analysis.capture import probe_batch
 from attnjax.audit import load_claim, over_regimes
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
 from attnjax.config import apply_overrides
-from attnjax.nn.probe import capture, capture_streams
+from attnjax.models.probe import capture, capture_streams
 from attnjax.ops import stats
 
 SC9 = load_claim(Path(__file__).with_name("SC9.py")).module

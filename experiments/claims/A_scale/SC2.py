@@ -34,11 +34,11 @@ from attnjax.analysis.capture import probe_batch
 from attnjax.audit import holds, load_claim, over_regimes, untestable
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
 from attnjax.data import load_dataset
-from attnjax.nn import DecoderLM
-from attnjax.nn.probe import capture
+from attnjax.models import build
+from attnjax.models.probe import capture
 from attnjax.ops import dot_product_attention
 from attnjax.train.state import init_params
-from attnjax.train.step import token_sums
+from attnjax.models.decoder import next_token_sums
 
 SC3 = load_claim(Path(__file__).with_name("SC3.py")).module
 
@@ -100,8 +100,8 @@ def _init_fns(model):
     weights = jax.jit(lambda params, tokens: capture(model, params, tokens)[0].max(-1))
 
     def loss(params, batch):
-        logits, _ = DecoderLM(model).apply({"params": params}, batch["inputs"])
-        sums = token_sums(logits, batch)
+        logits, _ = build(model).apply({"params": params}, batch["inputs"])
+        sums = next_token_sums(logits, batch)
         return sums["ce"] / sums["weight"]
 
     def qkv_norm(params, batch):

@@ -22,7 +22,7 @@ import numpy as np
 from attnjax.analysis.capture import probe_batch
 from attnjax.audit import over_regimes
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
-from attnjax.nn.probe import capture
+from attnjax.models.probe import capture
 from attnjax.ops import dot_product_attention, stats
 
 ID = "SC4"

@@ -30,7 +30,7 @@ import numpy as np
 from attnjax.analysis.capture import probe_batch
 from attnjax.audit import dynamics, load_claim, over_regimes, untestable
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
-from attnjax.nn.probe import capture
+from attnjax.models.probe import capture
 from attnjax.ops import stats
 from attnjax.registry import SCALES
 from attnjax.sweep.spec import run_name

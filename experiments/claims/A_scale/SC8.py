@@ -35,7 +35,7 @@ from attnjax.analysis.capture import probe_batch
 from attnjax.audit import load_claim, over_regimes
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (S-text)
 from attnjax.config import apply_overrides
-from attnjax.nn.probe import capture
+from attnjax.models.probe import capture
 
 SC3 = load_claim(Path(__file__).with_name("SC3.py")).module
 

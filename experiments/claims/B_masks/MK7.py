@@ -35,7 +35,7 @@ from attnjax.audit.settings import get_config  # noqa: F401  (the claim's base: 
 from attnjax.config import apply_overrides
 from attnjax.data import load_dataset
 from attnjax.data.padding import model_arguments
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 
 ID = "MK7"
 SOURCE = "000 §6.1"
@@ -54,7 +54,7 @@ def get_sweep():
 
 @functools.lru_cache(maxsize=4)
 def _logits(model_config):
-    model = DecoderLM(model_config)
+    model = build(model_config)
     return jax.jit(lambda p, batch: model.apply({"params": p}, batch["inputs"],
                                                 **model_arguments(batch))[0])
 

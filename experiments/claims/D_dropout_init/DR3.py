@@ -35,10 +35,10 @@ from attnjax.audit import over_regimes
 from attnjax.audit.settings import S_SMALL, with_seeds
 from attnjax.audit.settings import get_config  # noqa: F401  (the claim's base: S-text)
 from attnjax.data import load_dataset
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.train.loop import evaluate
 from attnjax.train.state import EVAL_DROPOUT_STREAM, stream_key
-from attnjax.train.step import token_sums
+from attnjax.models.decoder import next_token_sums
 
 ID = "DR3"
 SOURCE = "000 §8.6"
@@ -62,12 +62,12 @@ def get_sweep():
 
 @functools.lru_cache(maxsize=4)
 def _dropout_pass(model_config):
-    model = DecoderLM(model_config)
+    model = build(model_config)
 
     def run(params, batch, rng):
         logits, _ = model.apply({"params": params}, batch["inputs"], deterministic=False,
                                 rngs={"dropout": rng})
-        return token_sums(logits, batch), jnp.argmax(logits, -1)
+        return next_token_sums(logits, batch), jnp.argmax(logits, -1)
     return jax.jit(run)
 
 

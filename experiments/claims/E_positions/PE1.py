@@ -29,7 +29,7 @@ from attnjax.analysis.capture import probe_batch
 from attnjax.audit import holds, over_seeds
 from attnjax.audit.settings import EPS, pe_run, pe_sweep, s_op
 from attnjax.audit.settings import get_config  # noqa: F401  (the claim's base: S-text)
-from attnjax.nn.transformer import DecoderLM
+from attnjax.models import build
 from attnjax.ops import dot_product_attention
 
 ID = "PE1"
@@ -58,7 +58,7 @@ def permutation_error() -> float:
 @functools.lru_cache(maxsize=8)
 def _last_log_probs(model_config):
     """Jitted ``(params, tokens [B, T]) -> log p(next byte)`` at the last position ``[B, V]``."""
-    model = DecoderLM(model_config)
+    model = build(model_config)
     return jax.jit(lambda params, tokens: jax.nn.log_softmax(
         model.apply({"params": params}, tokens)[0][:, -1]))
 

@@ -36,7 +36,7 @@ import numpy as np
 from attnjax.analysis.capture import probe_examples
 from attnjax.audit import over_regimes
 from attnjax.audit.settings import get_config, with_seeds  # noqa: F401  (base: S-text)
-from attnjax.nn.probe import capture
+from attnjax.models.probe import capture
 from attnjax.ops.stats import causal_max_logit
 
 ID = "PE13"

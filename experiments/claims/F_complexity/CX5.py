@@ -37,7 +37,7 @@ from attnjax.audit.settings import get_config
 from attnjax.audit.timing import interleaved_times, spread
 from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
-from attnjax.nn import DecoderLM
+from attnjax.models import build
 from attnjax.train.state import init_params
 
 TIMED = True            # its criterion is about measured time: measured alone
@@ -59,7 +59,7 @@ def _programs(config) -> tuple[dict, dict]:
     long = apply_overrides(config, {"model.max_length": max(LENGTHS)})
     tokens = jax.random.randint(jax.random.key(0), (1, max(LENGTHS)), 0,
                                 config.model.vocab_size)
-    params, model = init_params(long), DecoderLM(long.model)
+    params, model = init_params(long), build(long.model)
     forward = jax.jit(lambda p, x: model.apply({"params": p}, x)[0][:, -1])
     forwards = {f"forward {n}": (forward, (params, tokens[:, :n])) for n in LENGTHS}
     steps = {}

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
-from attnjax.nn.transformer import DecoderLM, sown_by_layer
+from attnjax.models.family import build
+from attnjax.nn.transformer import sown_by_layer
 from attnjax.ops import stats
 
 STATS = stats.WEIGHT_STATS + ("induction",) + stats.QK_STATS
@@ -22,8 +23,8 @@ def capture(model: ModelConfig, params, tokens) -> tuple[jax.Array, list[dict]]:
     """``(weights [layers, B, heads, T, T] float32, what each layer sowed)`` from one forward
     pass with ``return_weights`` (``sown_by_layer``: the attention module's values and the
     block's ``attn_out`` and ``residual``)."""
-    (_, aux), state = DecoderLM(model).apply({"params": params}, tokens, return_weights=True,
-                                             mutable=["intermediates"])
+    (_, aux), state = build(model).apply({"params": params}, tokens, return_weights=True,
+                                         mutable=["intermediates"])
     weights = jnp.stack([w.astype(jnp.float32) for w in aux["attn_weights"]])
     return weights, sown_by_layer(state["intermediates"], model.num_layers)
 
@@ -39,7 +40,7 @@ def head_stat_arrays(model: ModelConfig, params, tokens) -> dict[str, jax.Array]
 def capture_streams(model: ModelConfig, params, tokens) -> dict[str, jax.Array]:
     """``{"attn_out", "residual"}``, each ``[layers, B, T, d_model]`` float32, from one forward
     pass (the model's own kernel: no weights are materialised)."""
-    _, state = DecoderLM(model).apply({"params": params}, tokens, mutable=["intermediates"])
+    _, state = build(model).apply({"params": params}, tokens, mutable=["intermediates"])
     sown = sown_by_layer(state["intermediates"], model.num_layers)
     return {name: jnp.stack([s[name].astype(jnp.float32) for s in sown]) for name in STREAMS}
 
