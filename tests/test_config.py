@@ -63,6 +63,7 @@ NON_DEFAULT = [
                              clip_norm=None)),
     Config(model=ModelConfig(attention=AttentionConfig(kernel="linear"),
                              position=PositionConfig(kind="none"))),
+    Config(model=ModelConfig(mlp="gelu_exact", mlp_hidden=300, mlp_bias=False, norm_eps=1e-12)),
 ]
 
 
@@ -184,6 +185,8 @@ def test_unknown_section():
     ("model.attention.scale_multiplier=true", "True"),
     ("model.attention.scale_multiplier=fast", "'fast'"),
     ("model.tie_embeddings=1", "1"),
+    ("model.mlp_bias=0", "0"),
+    ("model.mlp_hidden=100.0", "100.0"),
     ("model.attention.kernel=3", "3"),
 ])
 def test_wrong_type(item, shown):
@@ -216,7 +219,7 @@ def test_unknown_position_kind_lists_all():
 
 
 @pytest.mark.parametrize("item, choices", [
-    ("model.mlp=relu", ("gelu", "swiglu")),
+    ("model.mlp=relu", ("gelu", "gelu_exact", "swiglu")),
     ("model.norm=batch", ("layer", "rms")),
     ("model.norm_position=middle", ("pre", "post")),
     ("model.dtype=float64", ("float32", "bfloat16", "float16")),
@@ -486,6 +489,7 @@ NON_DEFAULT = {"model.attention.causal": (False, ["model.attention.window=4"]),
                "model.attention.causal_offset": (1, ["model.attention.kernel=masked_fill",
                                                      "model.attention.causal=false"]),
                "model.attention.o_init": ("zeros", ["model.attention.output_projection=frozen"]),
+               "model.mlp_ratio": (2.0, ["model.mlp_hidden=64"]),
                "model.position.rope_scale": (2.0, []),
                "model.position.train_length": (16, []),
                "data.min_length": (4, []),

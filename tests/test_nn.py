@@ -429,10 +429,11 @@ def test_scale_multiplier_equals_doubling_query():
 # ------------------------------------------------------------------ 7. slots
 
 
-@pytest.mark.parametrize("norm", ["rms", "layer"])
-def test_qk_norm_normalises_each_head(norm):
+@pytest.mark.parametrize("eps", [1e-6, 1e-2])      # model.norm_eps: its default, and one that
+@pytest.mark.parametrize("norm", ["rms", "layer"])  # moves the output ~0.5% at unit variance
+def test_qk_norm_normalises_each_head(norm, eps):
     tokens = tokens_of(T_FULL)
-    config = tiny("rope", qk_norm=norm, num_kv_heads=2)
+    config = tiny("rope", qk_norm=norm, num_kv_heads=2, model=dict(norm_eps=eps))
     params = init_params(config, tokens)
     for i in range(LAYERS):
         for name in ("query_norm", "key_norm"):
@@ -451,10 +452,10 @@ def test_qk_norm_normalises_each_head(norm):
             y = np.asarray(captured[name]["__call__"][0], np.float64)
             chex.assert_shape(y, x.shape)
             if norm == "rms":
-                expected = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-6)
+                expected = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + eps)
             else:
                 centred = x - x.mean(-1, keepdims=True)
-                expected = centred / np.sqrt(np.mean(centred**2, -1, keepdims=True) + 1e-6)
+                expected = centred / np.sqrt(np.mean(centred**2, -1, keepdims=True) + eps)
                 np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
             np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
     logits = logits_of(config, params, tokens)
@@ -664,7 +665,8 @@ def token_part(config, params, tokens):
 
 def test_added_position_embedding_normalised():
     """``added_norm``: ``unit`` gives every position's added vector norm ``added_scale``;
-    ``layer`` is a LayerNorm of each position's vector (at its initial gain 1 and bias 0)."""
+    ``layer`` is a LayerNorm of each position's vector (at its initial gain 1 and bias 0) at
+    ``model.norm_eps`` (0.1 here: next to a sinusoid's variance 1/2, it matters)."""
     tokens = tokens_of(T_FULL)
     for kind in ("sinusoidal", "learned"):
         base = tiny(kind)
@@ -674,15 +676,15 @@ def test_added_position_embedding_normalised():
         added = first_layer_input(unit, params, tokens) - token_part(unit, params, tokens)
         np.testing.assert_allclose(np.asarray(added), 2.0 * np.asarray(pe) / np.linalg.norm(
             np.asarray(pe), axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
-        layer = tiny(kind, position={"added_norm": "layer"})
+        layer = tiny(kind, model={"norm_eps": 0.1}, position={"added_norm": "layer"})
         lparams = init_params(layer, tokens)
         assert "position_norm" in lparams
         added = first_layer_input(layer, lparams, tokens) - token_part(layer, lparams, tokens)
         plain = {k: v for k, v in lparams.items() if k != "position_norm"}
         raw = np.asarray(first_layer_input(base, plain, tokens) - token_part(base, plain, tokens),
                          np.float64)
-        centred = raw - raw.mean(-1, keepdims=True)     # flax's LayerNorm, epsilon 1e-6
-        expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-6)
+        centred = raw - raw.mean(-1, keepdims=True)
+        expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 0.1)
         np.testing.assert_allclose(np.asarray(added), expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match=r"^model\.position\.added_norm='unit' means nothing "
                                          r"with kind='alibi'"):

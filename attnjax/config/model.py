@@ -125,11 +125,19 @@ class ModelConfig(Validated):
     d_model: int = number(128, ge=1, le=INT32)
     num_layers: int = number(4, ge=1, le=INT32)
     max_length: int = number(256, ge=1, le=LENGTH)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
-    mlp_ratio: float = number(4.0, gt=0)
+    # the MLP (see attnjax.nn.transformer.FeedForward): gelu (tanh approximation), gelu_exact
+    # (erf), swiglu; its hidden width, mlp_hidden or else from mlp_ratio; biases on its
+    # projections (the attention's: attention.use_bias)
+    mlp: Literal["gelu", "gelu_exact", "swiglu"] = "gelu"
+    mlp_ratio: float = number(4.0, gt=0, read_when=when(
+        "mlp_hidden", None, why="mlp_hidden sets the hidden width"))
+    mlp_hidden: int | None = number(None, ge=1, le=INT32)
+    mlp_bias: bool = True
     norm: Literal["layer", "rms"] = "layer"
+    norm_eps: float = number(1e-6, gt=0)            # the epsilon of every LayerNorm / RMSNorm
     norm_position: Literal["pre", "post"] = "pre"
     residual_dropout: float = number(0.0, ge=0, lt=1, argument=RATE)
+    # logits x @ embed^T; False: through an unembed [d_model, vocab_size] of their own, no bias
     tie_embeddings: bool = True
     embed_init_std: float = number(0.02, gt=0)      # token embeddings ~ N(0, std^2)
     embed_scale: float | None = number(None, gt=0)  # tokens x this; None: the encoding's default

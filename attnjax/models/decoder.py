@@ -15,7 +15,7 @@ from attnjax.config import ModelConfig
 from attnjax.data.padding import model_arguments
 from attnjax.models.family import Family
 from attnjax.nn.attention import Dropout
-from attnjax.nn.slots import NORMS
+from attnjax.nn.slots import make_norm
 from attnjax.nn.transformer import (VOCAB_PARAMS, Block, added_positions, knockout_gates,
                                     token_scale)
 from attnjax.registry import MODELS, POSITIONS
@@ -88,7 +88,7 @@ class DecoderLM(nn.Module):
                 head_gates=None if head_gates is None else head_gates[i], token_mask=token_mask)
             weights.append(w)
         if cfg.norm_position == "pre":
-            x = NORMS[cfg.norm](dtype=dtype, name="final_norm")(x)
+            x = make_norm(cfg, "final_norm")(x)
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:

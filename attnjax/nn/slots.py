@@ -31,8 +31,17 @@ from attnjax.registry import DROPOUTS, INITS, KERNELS, QK_NORMS, SCALES, SINKS
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
 
 
+def make_norm(config, name: str, kind: str | None = None) -> nn.Module:
+    """A norm over the last axis at ``model.norm_eps``, in ``model.dtype``: ``kind`` (default
+    ``model.norm``) ``layer``, ``(x - mean x) / sqrt(var x + eps) * scale + bias``, or
+    ``rms``, ``x / sqrt(mean x^2 + eps) * scale``."""
+    return NORMS[kind or config.norm](epsilon=config.norm_eps, dtype=jnp.dtype(config.dtype),
+                                      name=name)
+
+
 class QKNorm(NamedTuple):
-    """``apply(module, q, k, attention_config, dtype) -> (q, k)`` on BTNH arrays."""
+    """``apply(module, q, k, attention_config, dtype) -> (q, k)`` on BTNH arrays; ``module``
+    is the attention module (the learned norms read its model config's ``norm_eps``)."""
     apply: Callable
     reads: tuple[str, ...] = ()
 
@@ -71,8 +80,8 @@ def normalize_rms(x: jax.Array, kappa) -> jax.Array:
 
 def _learned_norm(kind: str) -> Callable:
     def apply(module, q, k, att, dtype):
-        return (NORMS[kind](dtype=dtype, name="query_norm")(q),
-                NORMS[kind](dtype=dtype, name="key_norm")(k))
+        return (make_norm(module.config, "query_norm", kind)(q),
+                make_norm(module.config, "key_norm", kind)(k))
     return apply
 
 

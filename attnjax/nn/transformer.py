@@ -3,8 +3,9 @@ helpers, head gates, and ``sown_by_layer`` (what each block sowed, in layer orde
 models themselves are in ``attnjax.models``.
 
 References: Vaswani et al. 2017 (post-norm block); Xiong et al. 2020, "On Layer Normalization
-in the Transformer Architecture" (pre-norm); Shazeer 2020, "GLU Variants Improve
-Transformer" (SwiGLU).
+in the Transformer Architecture" (pre-norm); Hendrycks & Gimpel 2016, "Gaussian Error Linear
+Units" (GELU and its tanh approximation); Shazeer 2020, "GLU Variants Improve Transformer"
+(SwiGLU).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import numpy as np
 
 from attnjax.config import ModelConfig
 from attnjax.nn.attention import Dropout, MultiHeadAttention
-from attnjax.nn.slots import NORMS
+from attnjax.nn.slots import make_norm
 from attnjax.registry import POSITIONS
 
-# a model's parameters whose leading axis is the vocabulary (input and output embeddings)
+# a model's parameters with a vocabulary axis: the input embedding [vocab_size, d_model] and,
+# untied, the output one [d_model, vocab_size]
 VOCAB_PARAMS = ("embed", "unembed")
 
 
@@ -66,29 +68,42 @@ def added_positions(module: nn.Module, pe, config: ModelConfig):
     ``pe / ||pe||`` (each position's vector of norm 1; a sinusoid's norm is sqrt(d / 2))."""
     kind = config.position.added_norm
     if kind == "layer":
-        pe = nn.LayerNorm(dtype=pe.dtype, name="position_norm")(pe)
+        pe = make_norm(config, "position_norm", "layer")(pe)
     elif kind == "unit":
         pe = pe / jnp.linalg.norm(pe.astype(jnp.float32), axis=-1, keepdims=True).astype(pe.dtype)
     return jnp.asarray(config.position.added_scale, pe.dtype) * pe
 
 
+def mlp_width(config: ModelConfig) -> int:
+    """The MLP's hidden width: ``model.mlp_hidden``, or from ``mlp_ratio``: ratio * d, and for
+    SwiGLU 2/3 * ratio * d rounded up to a multiple of 8 (its three matrices then hold about
+    as many parameters as the GELU MLP's two)."""
+    if config.mlp_hidden is not None:
+        return config.mlp_hidden
+    if config.mlp == "swiglu":
+        return -(-int(2 * config.mlp_ratio * config.d_model / 3) // 8) * 8
+    return int(config.mlp_ratio * config.d_model)
+
+
 class FeedForward(nn.Module):
-    """GELU MLP ``W2 gelu(W1 x)`` (hidden = ratio * d) or SwiGLU ``W2 (silu(W1 x) * W3 x)``
-    (hidden = 2/3 * ratio * d rounded up to a multiple of 8, so the parameter count matches)."""
+    """``W2 gelu(W1 x)``, GELU ``x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))`` (``gelu_exact``) or
+    its tanh approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`` (``gelu``),
+    or SwiGLU ``W2 (silu(W1 x) * W3 x)`` (``swiglu``; W1 and W3 one kernel, ``gate_up``);
+    hidden width ``mlp_width``, each projection with a bias when ``model.mlp_bias``."""
     config: ModelConfig
 
     @nn.compact
     def __call__(self, x):
         cfg = self.config
-        dtype = jnp.dtype(cfg.dtype)
-        if cfg.mlp == "gelu":
-            hidden = int(cfg.mlp_ratio * cfg.d_model)
-            h = nn.gelu(nn.Dense(hidden, dtype=dtype, name="up")(x))
-        else:
-            hidden = -(-int(2 * cfg.mlp_ratio * cfg.d_model / 3) // 8) * 8
-            gate, up = jnp.split(nn.Dense(2 * hidden, dtype=dtype, name="gate_up")(x), 2, axis=-1)
+        dense = lambda features, name: nn.Dense(features, use_bias=cfg.mlp_bias,
+                                                dtype=jnp.dtype(cfg.dtype), name=name)
+        hidden = mlp_width(cfg)
+        if cfg.mlp == "swiglu":
+            gate, up = jnp.split(dense(2 * hidden, "gate_up")(x), 2, axis=-1)
             h = nn.silu(gate) * up
-        return nn.Dense(cfg.d_model, dtype=dtype, name="down")(h)
+        else:
+            h = nn.gelu(dense(hidden, "up")(x), approximate=cfg.mlp == "gelu")
+        return dense(cfg.d_model, "down")(h)
 
 
 class Block(nn.Module):
@@ -99,20 +114,19 @@ class Block(nn.Module):
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
                  head_gates=None, token_mask=None):
         cfg = self.config
-        norm = lambda name: NORMS[cfg.norm](dtype=jnp.dtype(cfg.dtype), name=name)
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         attention = MultiHeadAttention(cfg, name="attention")
         mlp = FeedForward(cfg, name="mlp")
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights,
                       head_gates=head_gates, token_mask=token_mask)
         if cfg.norm_position == "pre":
-            y, weights = attention(norm("attention_norm")(x), positions, **kwargs)
+            y, weights = attention(make_norm(cfg, "attention_norm")(x), positions, **kwargs)
             x = x + drop(y)
-            x = x + drop(mlp(norm("mlp_norm")(x)))
+            x = x + drop(mlp(make_norm(cfg, "mlp_norm")(x)))
         else:
             y, weights = attention(x, positions, **kwargs)
-            x = norm("attention_norm")(x + drop(y))
-            x = norm("mlp_norm")(x + drop(mlp(x)))
+            x = make_norm(cfg, "attention_norm")(x + drop(y))
+            x = make_norm(cfg, "mlp_norm")(x + drop(mlp(x)))
         self.sow("intermediates", "attn_out", y)       # the attention sub-layer, before the add
         self.sow("intermediates", "residual", x)       # the residual stream after the block
         return x, weights

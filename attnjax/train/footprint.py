@@ -138,8 +138,8 @@ def check_training(config: Config) -> None:
     docstring), naming the estimate, the memory available and the fields to change."""
     needs = training_needs(config, jax.device_count())
     state = needs["parameters"] + needs["optimizer state"] + needs["gradients"]
-    advice = ("make the model smaller (model.d_model, model.num_layers, model.mlp_ratio, "
-              "model.vocab_size)" if state >= needs["activations"] else
+    advice = ("make the model smaller (model.d_model, model.num_layers, model.mlp_ratio or "
+              "model.mlp_hidden, model.vocab_size)" if state >= needs["activations"] else
               "a smaller train.batch_size (or more train.grad_accum), shorter data.length or "
               "data.eval_lengths, fewer train.eval_batch_size, or model.attention.kernel="
               "chunked (its scores are blocks)")
