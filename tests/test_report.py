@@ -127,6 +127,20 @@ def test_one_seed_has_no_std(tmp_path):
     assert report.format_mean_std(1.5, None) == "1.500"
 
 
+def test_a_run_setting_an_axis_to_none_is_not_averaged_with_the_base_run(tmp_path):
+    """``{}`` leaves ``embed_scale`` at the base config's value; ``{embed_scale: None}`` sets
+    it: two configurations, not two seeds of one."""
+    done = {"status": "finished", "acc": 0.5, "train": 1.0, "tokens": 10.0}
+    root = write_sweep(tmp_path, [{"overrides": {}, "val": {64: 0.5}, **done},
+                                  {"overrides": {"model.embed_scale": None}, "val": {64: 1.5},
+                                   **done}])
+    rows = report.results_rows(report.load_sweep(root))
+    assert [(r["embed_scale"], r["n_seeds"], r["val_loss_mean"]) for r in rows] \
+        == [(None, 1, 0.5), ("None", 1, 1.5)]
+    _, groups = report.configurations(report.load_sweep(root))
+    assert [g["label"] for g in groups] == ["base", "embed_scale=None"]
+
+
 def test_results_csv_reads_back(heads_report):
     root, _ = heads_report
     with (root / "results.csv").open() as f:

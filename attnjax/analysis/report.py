@@ -4,7 +4,9 @@ per-run status table of ``attnjax sweep-status``.
 A *configuration* is a run's overrides minus ``seed``; runs of one configuration are averaged
 over their finished seeds (mean and sample standard deviation, ``ddof=1``; no std with one
 seed). The swept *axes* are the override keys, other than ``seed``, whose value differs between
-runs, named by their last dotted part unless two axes share it (as in run names).
+runs, named by their last dotted part unless two axes share it (as in run names); a run that
+sets an axis to None is a configuration of its own (``None`` in the tables; ``-``: the axis is
+left at the base config's value).
 
 The sweep directory (layout: ``attnjax.rundir``) is read as the launcher leaves it, finished
 or not. The sweep's record gives the runs; each run directory says more where it knows more: its
@@ -126,10 +128,12 @@ def configurations(sweep: dict) -> tuple[list[str], list[dict]]:
     groups: dict[str, dict] = {}
     for run in runs:
         values = {axis: run["overrides"].get(axis) for axis in axes}
-        key = json.dumps(list(values.values()), default=str)
-        label = run_name({axis: run["overrides"][axis] for axis in axes
-                          if axis in run["overrides"]})   # keys a run does not set are left out
-        group = groups.setdefault(key, {"label": label, "values": values,
+        chosen = {axis: run["overrides"][axis] for axis in axes if axis in run["overrides"]}
+        # a run that sets an axis to None is not one that leaves it at the base config's value
+        key = json.dumps([[axis in chosen, value] for axis, value in values.items()],
+                         default=str)
+        group = groups.setdefault(key, {"label": run_name(chosen), "values": values,
+                                        "set_to_none": {a for a in chosen if chosen[a] is None},
                                         "runs": [], "finished": []})
         group["runs"].append(run)
         if _finished(run):
@@ -205,7 +209,8 @@ def results_rows(sweep: dict) -> list[dict]:
     for group in groups:
         done = group["finished"]
         at_train = [r["summary"]["eval"].get(str(r["train_length"])) or {} for r in done]
-        row = {short[axis]: value for axis, value in group["values"].items()}
+        row = {short[axis]: "None" if axis in group["set_to_none"] else value
+               for axis, value in group["values"].items()}
         row["n_seeds"] = len(done)
         row["val_loss_mean"], row["val_loss_std"] = mean_std(e.get("loss") for e in at_train)
         row["val_accuracy_mean"], row["val_accuracy_std"] = mean_std(
