@@ -23,6 +23,7 @@ from attnjax.models.decoder import DecoderLM
 from attnjax.models.probe import STATS
 from attnjax.nn.transformer import knockout_gates
 from attnjax.ops import stats as S
+from attnjax.ops.masks import visibility
 from attnjax.rundir import RunDir
 from attnjax.train.loop import evaluate
 from attnjax.train.state import init_state
@@ -146,6 +147,88 @@ def test_qk_statistics_by_hand():
     np.testing.assert_allclose(stats["max_logit"], [2.0, 2.0])       # 0.5 * (2q).k = q.k
     np.testing.assert_allclose(stats["q_norm"], [math.sqrt(2.5), 2 * math.sqrt(2.5)], rtol=1e-6)
     np.testing.assert_allclose(stats["k_norm"], [math.sqrt(5.5)] * 2, rtol=1e-6)  # one kv head
+
+
+# bidirectional attention over 3 tokens in two examples; in example 0 token 2 is a pad (a padded
+# query and a padded key), example 1 has none. Entries the mask hides hold junk (0.4, 0.3 and
+# the pad's row) that every statistic must ignore.
+PADDED = np.array([[True, True, False], [True, True, True]])
+PADDED_WEIGHTS = np.array([[[0.75, 0.25, 0.4], [0.5, 0.5, 0.3], [0.2, 0.3, 0.5]],
+                           [[0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [0.25, 0.25, 0.5]]],
+                          np.float32)[None, :, None]                        # [L=1, B=2, N=1, 3, 3]
+
+
+def test_statistics_under_a_padding_mask_by_hand():
+    visible = visibility(3, 3, causal=False, token_mask=PADDED)
+    h = lambda *p: -sum(x * math.log(x) for x in p if x > 0)
+    # the counted rows: example 0's rows 0, 1 (2 keys each), example 1's rows 0, 1, 2 (3 keys)
+    rows = [(0.75, 0.25), (0.5, 0.5), (0.2, 0.3, 0.5), (1.0, 0.0, 0.0), (0.25, 0.25, 0.5)]
+    stats = S.weight_statistics(PADDED_WEIGHTS, visible)
+    np.testing.assert_allclose(stats["entropy"], [[sum(h(*p) for p in rows) / 5]], rtol=1e-6)
+    normalised = sum(h(*p) / math.log(len(p)) for p in rows) / 5     # log of #visible keys
+    np.testing.assert_allclose(stats["norm_entropy"], [[normalised]], rtol=1e-6)
+    np.testing.assert_allclose(stats["max_weight"], [[(0.75 + 0.5 + 0.5 + 1.0 + 0.5) / 5]],
+                               rtol=1e-6)
+    np.testing.assert_allclose(stats["sink_mass"], [[(0.75 + 0.5 + 0.2 + 1.0 + 0.25) / 5]],
+                               rtol=1e-6)
+    # 13 visible entries, of which 0.0, 0.0 (example 1, row 1) are not above 0.1
+    np.testing.assert_allclose(stats["active_frac"], [[11 / 13]], rtol=1e-6)
+    # the rows that see key i - 1: example 0's row 1, example 1's rows 1 and 2
+    np.testing.assert_allclose(stats["prev_token"], [[(0.5 + 1.0 + 0.25) / 3]], rtol=1e-6)
+    # x_0 = x_2 in both: row 2 may look at key 1, but in example 0 row 2 is a pad
+    np.testing.assert_allclose(S.induction_score(PADDED_WEIGHTS, [[7, 8, 7]] * 2, visible),
+                               [[0.25]], rtol=1e-6)
+    # JS between a head and its copy with example 1's row 1 moved to key 1: the only counted
+    # row that differs, one of the 5, at JS(one-hot, one-hot elsewhere) = ln 2
+    moved = PADDED_WEIGHTS.copy()
+    moved[0, 1, 0, 1] = [0.0, 1.0, 0.0]
+    pair = np.concatenate([PADDED_WEIGHTS, moved], axis=2)                  # [1, 2, N=2, 3, 3]
+    np.testing.assert_allclose(S.head_divergence(pair, 0, visible)[0, 0, 1], math.log(2) / 5,
+                               rtol=1e-12)
+
+
+def test_max_logit_and_norms_under_a_padding_mask_by_hand():
+    visible = visibility(3, 3, causal=False, token_mask=PADDED)
+    # example 0: the pad's query and key are huge, so q2.k2 = 10000 and q0.k2 = 100 are the
+    # largest logits, both hidden; example 1 sees every pair
+    q = jnp.asarray([[[1.0, 0.0], [0.0, 1.0], [50.0, 50.0]],
+                     [[0.5, 1.0], [0.0, -1.0], [1.0, 0.0]]])[:, :, None]   # [B=2, T=3, N=1, 2]
+    k = jnp.asarray([[[1.0, 0.0], [2.0, 1.0], [100.0, 100.0]],
+                     [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])[:, :, None]
+    # visible logits: example 0 {1, 2, 0, 1}, example 1 up to q0.k2 = 1.5
+    np.testing.assert_allclose(S.masked_max_logit(q, k, 0.5, visible), [0.5 * 2.0])
+    assert float(S.masked_max_logit(q, k, 0.5)[0]) == 0.5 * 10000.0      # causal: row 2 sees it
+    stats = S.qk_statistics(q, k, 0.5, visible)
+    np.testing.assert_allclose(stats["max_logit"], [1.0])
+    # queries and keys of the 5 real tokens: |q|^2 = 1, 1, 1.25, 1, 1; |k|^2 = 1, 5, 1, 1, 2
+    np.testing.assert_allclose(stats["q_norm"], [math.sqrt(5.25 / 5)], rtol=1e-6)
+    np.testing.assert_allclose(stats["k_norm"], [math.sqrt(10 / 5)], rtol=1e-6)
+
+
+def causal_softmax(seed: int, shape) -> jax.Array:
+    """Random attention weights computed under the causal mask: 0 on every hidden entry."""
+    logits = 3 * jax.random.normal(jax.random.key(seed), shape)
+    return jax.nn.softmax(jnp.where(visibility(*shape[-2:], True), logits, -jnp.inf), -1)
+
+
+@pytest.mark.parametrize("T", [1, 5, 33])
+def test_no_mask_is_the_causal_mask_bit_for_bit(T):
+    w = causal_softmax(T, (2, 3, 2, T, T))
+    causal = visibility(T, T, causal=True)
+    tokens = jax.random.randint(jax.random.key(T), (3, T), 0, 3)
+    default, masked = S.weight_statistics(w), S.weight_statistics(w, causal)
+    for name in S.WEIGHT_STATS:
+        np.testing.assert_array_equal(default[name], masked[name], err_msg=name)
+    np.testing.assert_array_equal(S.induction_score(w, tokens),
+                                  S.induction_score(w, tokens, causal))
+    if T > 1:
+        np.testing.assert_array_equal(S.head_divergence(w), S.head_divergence(w, 1, causal))
+    q = jax.random.normal(jax.random.key(1), (3, T, 4, 8))
+    k = jax.random.normal(jax.random.key(2), (3, T, 2, 8))                  # GQA: 2 kv heads
+    default, masked = S.qk_statistics(q, k, 0.5), S.qk_statistics(q, k, 0.5, causal)
+    for name in S.QK_STATS:
+        np.testing.assert_array_equal(default[name], masked[name], err_msg=name)
+    np.testing.assert_array_equal(S.causal_max_logit(q, k, 0.5), default["max_logit"])
 
 
 def test_position_similarity_per_kind():

@@ -8,7 +8,7 @@ import pytest
 
 from attnjax.ops.masks import (MaskSpec, block_causal_mask, causal_mask, combine_masks,
                                lengths_to_valid, mask_value, padding_mask, segment_mask,
-                               sliding_window_mask)
+                               sliding_window_mask, visibility)
 
 
 def pos(n, start=0):
@@ -180,6 +180,33 @@ def test_combine_masks_is_and_ignoring_none():
     got = combine_masks(a, c)
     chex.assert_shape(got, (3, 4))
     np.testing.assert_array_equal(got, [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
+
+
+# ----------------------------------------------------------------------------- visibility
+
+
+def test_visibility_causal_window_offset_and_nothing():
+    got = visibility(3, 3, causal=True)
+    chex.assert_shape(got, (1, 1, 3, 3))
+    np.testing.assert_array_equal(got[0, 0], as_matrix(["1 0 0", "1 1 0", "1 1 1"]))
+    # two queries after three cached keys (offset 3), a window of 2: keys i + 2 and i + 3
+    np.testing.assert_array_equal(visibility(2, 5, causal=True, window=2, offset=3)[0, 0],
+                                  as_matrix(["0 0 1 1 0", "0 0 0 1 1"]))
+    np.testing.assert_array_equal(visibility(2, 3, causal=False, window=2)[0, 0],
+                                  as_matrix(["1 1 1", "1 1 1"]))            # j > i - 2 only
+    np.testing.assert_array_equal(visibility(2, 3, causal=False)[0, 0], np.ones((2, 3)))
+
+
+def test_visibility_of_a_padded_batch():
+    real = np.array([[True, True, False], [False, True, True]])          # right, left padded
+    got = visibility(3, 3, causal=False, token_mask=real)
+    chex.assert_shape(got, (2, 1, 3, 3))
+    np.testing.assert_array_equal(got[0, 0], as_matrix(["1 1 0", "1 1 0", "0 0 0"]))
+    np.testing.assert_array_equal(got[1, 0], as_matrix(["0 0 0", "0 1 1", "0 1 1"]))
+    np.testing.assert_array_equal(visibility(3, 3, causal=True, token_mask=real)[1, 0],
+                                  as_matrix(["0 0 0", "0 1 0", "0 1 1"]))
+    with pytest.raises(ValueError, match=r"token_mask must be \[B, T\] with T = S"):
+        visibility(3, 4, causal=True, token_mask=real)
 
 
 # ----------------------------------------------------------------------------- MaskSpec

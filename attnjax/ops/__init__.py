@@ -7,7 +7,7 @@ from attnjax.ops.chunked import chunked_attention
 from attnjax.ops.linear import elu_feature_map, linear_attention
 from attnjax.ops.masks import (MaskSpec, block_causal_mask, causal_mask, combine_masks,
                                lengths_to_valid, mask_value, padding_mask, segment_mask,
-                               sliding_window_mask)
+                               sliding_window_mask, visibility)
 from attnjax.ops.positions import (ROPE_SCHEDULES, alibi_bias, alibi_slopes, apply_rope,
                                    rope_frequencies, rope_rotary_dim, sinusoidal_embedding,
                                    sinusoidal_table, t5_bias, t5_relative_position_bucket)

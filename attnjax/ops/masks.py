@@ -3,7 +3,8 @@
 Every mask here is a boolean array broadcastable to ``[batch, heads, q_len, k_len]`` where
 ``True`` means "may attend". Masks are built from *positions* rather than materialised once
 for the whole sequence, so the chunked kernel can build them block by block and keep its
-memory linear in the sequence length.
+memory linear in the sequence length. ``visibility`` materialises one ``[B|1, 1, T, S]`` mask
+for reading attention weights after the fact (``ops.stats``, the regularisers).
 
 The one fill value used for masked logits everywhere is :func:`mask_value`: the most negative
 finite number of the logits' dtype. Logits are always computed in float32 or wider (see
@@ -89,6 +90,32 @@ def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
     for m in present[1:]:
         out = out & m
     return out
+
+
+def visibility(T: int, S: int, causal: bool, token_mask: jax.Array | None = None,
+               window: int | None = None, offset: int = 0) -> jax.Array:
+    """Which keys each query may see, from what a model knows: bool ``[B|1, 1, T, S]``, the
+    ``visible`` argument of the attention statistics and regularisers.
+
+    Query i stands at position ``i + offset``, key j at ``j``; key j is visible from query i
+    iff every given condition holds:
+
+    - ``causal``: ``j <= i + offset``;
+    - ``window``: ``j > i + offset - window`` (with ``causal``, the last ``window`` keys);
+    - ``token_mask`` bool ``[B, T]`` (needs ``T == S``, real tokens True): ``token_mask[i]``
+      and ``token_mask[j]``, so a padded query's row is all False.
+    """
+    if token_mask is not None and (jnp.ndim(token_mask) != 2 or jnp.shape(token_mask)[1] != T
+                                   or T != S):
+        raise ValueError(f"token_mask must be [B, T] with T = S, got shape "
+                         f"{list(jnp.shape(token_mask))} for T={T}, S={S}")
+    q_pos, k_pos = (offset + jnp.arange(T))[None, :], jnp.arange(S)[None, :]
+    real = None if token_mask is None else jnp.asarray(token_mask, bool)
+    return combine_masks(jnp.ones((1, 1, T, S), bool),
+                         causal_mask(q_pos, k_pos) if causal else None,
+                         None if window is None else sliding_window_mask(q_pos, k_pos,
+                                                                         window - 1, None),
+                         padding_mask(real, real))
 
 
 def _take(x: jax.Array, start, size: int, axis: int) -> jax.Array:

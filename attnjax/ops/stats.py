@@ -2,27 +2,44 @@
 used by the training objective (entropy regulariser), the training diagnostics (max logit,
 per-head metrics) and the analysis tools.
 
-Weight statistics read causal attention probabilities ``w`` ``[layers, B, heads, T, T]`` (row
-i is query i's distribution over keys 0..i) and return ``[layers, heads]``: a mean over the
-``B`` examples and all ``T`` query rows (row 0 sees only key 0, so it always has entropy 0,
-max weight 1 and sink mass 1). ``0 log 0 = 0`` throughout.
+Causality is a mask, not an assumption: every statistic of weights or logits takes the mask
+they were computed under, ``visible`` (bool, broadcastable to the weights ``[..., B, heads, T,
+S]`` or the logits; True where query i may see key j; ``ops.masks.visibility`` builds it from
+causality, a window and a padded batch's token mask). Only visible entries are read (a weight
+elsewhere counts as 0 and, in the regularisers, gets no gradient), and a query row counts iff
+it sees at least one key: a padded query gets an all-False row and is left out of every mean,
+a padded key an all-False column. ``visible=None`` is the causal mask ``j <= i + (S - T)`` for
+weights computed under it: they are 0 on the hidden entries and every row sees a key, so they
+are read as they are, in the statistics' unmasked arithmetic; passing the causal mask gives the
+same numbers (bit for bit op by op; a jitted program may fuse the masked sums differently, by
+a float32 ulp).
 
-- ``entropy``: ``-sum_j p_ij log p_ij``, in nats.
-- ``normalized_entropy``: row i's entropy divided by ``log(i + 1)``, the entropy of the
-  uniform distribution over its ``i + 1`` causally allowed keys; 1 = uniform, 0 = one key.
-  Row 0 (``log 1 = 0``) is left out of this mean.
-- ``max_weight``: ``max_j p_ij``.
-- ``sink_mass``: ``p_i0``, the weight on the first token (an attention sink).
-- ``activation_ratio``: the fraction of causally allowed weights (``j <= i``) above 0.1; a
-  sliding window's zeroed keys count as allowed and inactive.
-- ``previous_token``: ``p_{i,i-1}``, the weight on the previous token (rows i >= 1).
+Weight statistics read probabilities ``w`` ``[layers, B, heads, T, T]`` and return
+``[layers, heads]``: a mean over the ``B`` examples and their counted query rows (causal: all
+``T``; row 0 sees only key 0, so it always has entropy 0, max weight 1 and sink mass 1).
+``n_i`` is the number of keys row i sees (causal: ``i + 1``); ``0 log 0 = 0`` throughout.
+
+- ``entropy``: ``-sum_j p_ij log p_ij`` over the visible keys, in nats.
+- ``normalized_entropy``: row i's entropy divided by ``log n_i``, the entropy of the uniform
+  distribution over its visible keys; 1 = uniform, 0 = one key. Rows with ``n_i = 1``
+  (``log 1 = 0``; causal: row 0) are left out of this mean.
+- ``max_weight``: ``max_j p_ij`` over the visible keys.
+- ``sink_mass``: ``p_i0``, the weight on the first key (an attention sink; 0 where it is
+  hidden).
+- ``activation_ratio``: the share of the visible entries, over all examples and rows, whose
+  weight is above 0.1; under the causal mask a sliding window's zeroed keys count as visible
+  and inactive.
+- ``previous_token``: ``p_{i,i-1}``, the weight on the previous key, over the rows that see it
+  (causal: i >= 1).
 - ``induction_score`` (with the tokens ``x``): the weight ``sum_{j in S_i} p_ij`` on the keys
-  that follow an earlier occurrence of the current token, ``S_i = {j : 1 <= j < i, x_{j-1} =
-  x_i}``, averaged over the rows whose ``S_i`` is not empty (NaN when no row has one).
+  that follow an earlier occurrence of the current token, ``S_i = {j visible from i : 1 <= j <
+  i, x_{j-1} = x_i}``, averaged over the rows whose ``S_i`` is not empty (NaN when no row has
+  one).
 
-From queries and keys (after qk-norm and RoPE): ``causal_max_logit``, the largest ``scale *
-q_i . k_j`` over causal pairs per head (before score bias and soft-capping), and the RMS over
-tokens of each head's query and key norms (``qk_statistics``).
+From queries and keys (after qk-norm and RoPE): ``masked_max_logit``, the largest ``scale *
+q_i . k_j`` over the visible pairs per head (before score bias and soft-capping;
+``causal_max_logit`` under the causal mask), and the RMS over tokens of each head's query and
+key norms (``qk_statistics``: the query rows that see a key, the keys some query sees).
 
 Between vectors and distributions (float64 NumPy unless said otherwise):
 
@@ -34,8 +51,10 @@ Between vectors and distributions (float64 NumPy unless said otherwise):
 - ``js_divergence``: Jensen-Shannon divergence ``JS(P, Q) = KL(P||M)/2 + KL(Q||M)/2``,
   ``M = (P + Q)/2``, natural log: ``0 <= JS <= ln 2``, 0 iff ``P = Q``, ln 2 iff disjoint.
 - ``head_divergence``: for weights ``[layers, B, heads, T, T]``, the ``[layers, heads, heads]``
-  matrix of ``JS(p_{h,i}, p_{g,i})`` between two heads' rows, averaged over query rows
-  ``i >= start`` (row 0 is one-hot on key 0 for every head) and the ``B`` examples.
+  matrix of ``JS(p_{h,i}, p_{g,i})`` between two heads' rows over their visible keys, averaged
+  over the query rows ``i >= start`` that both heads count (causal: row 0 is one-hot on key 0
+  for every head, hence ``start = 1``; pass 0 for a bidirectional mask) and the ``B``
+  examples.
 - ``spearman``: Spearman's rank correlation, the Pearson correlation of the ranks (ties get
   their average rank).
 
@@ -53,10 +72,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.ops.attention import expand_kv_heads, scaled_logits
+from attnjax.ops.masks import visibility
 
 WEIGHT_STATS = ("entropy", "norm_entropy", "max_weight", "sink_mass", "active_frac",
                 "prev_token")
 QK_STATS = ("max_logit", "q_norm", "k_norm")
+
+
+def visible_or_causal(visible, T: int, S: int) -> jax.Array:
+    """``visible`` as a bool array, or the causal mask ``j <= i + (S - T)`` ``[1, 1, T, S]``
+    when it is None."""
+    if visible is None:
+        return visibility(T, S, causal=True, offset=S - T)
+    return jnp.asarray(visible, bool)
+
+
+def masked_weights(w: jax.Array, visible) -> tuple[jax.Array, jax.Array | None]:
+    """``(w with 0 on the hidden entries, the mask)``, no gradient reaching a hidden entry; or
+    ``(w, None)`` when ``visible`` is None: causal weights are 0 there already and every row
+    counts."""
+    if visible is None:
+        return w, None
+    shown = jnp.asarray(visible, bool)
+    return jnp.where(shown, w, 0.0), shown
+
+
+def counted_rows(shown: jax.Array | None) -> jax.Array | None:
+    """The query rows that see a key (None: every row)."""
+    return None if shown is None else shown.any(-1)
+
+
+def masked_mean(x: jax.Array, where=None, axis=None) -> jax.Array:
+    """The mean of ``x`` over ``axis`` of the entries where ``where`` (broadcast to ``x``) holds,
+    all when it is None; NaN where none is."""
+    if where is None:
+        return x.mean(axis)
+    where = jnp.broadcast_to(where, x.shape)
+    total = jnp.where(where, x, 0.0).sum(axis, dtype=jnp.promote_types(x.dtype, jnp.float32))
+    # times the reciprocal count, as XLA evaluates ``mean`` (a division by a constant), so an
+    # all-True ``where`` gives the mean's bits
+    return (total * (1 / where.sum(axis))).astype(x.dtype)
 
 
 def row_entropy(p: jax.Array) -> jax.Array:
@@ -64,30 +119,46 @@ def row_entropy(p: jax.Array) -> jax.Array:
     return -(p * jnp.log(jnp.where(p > 0, p, 1.0))).sum(-1)
 
 
-def mean_entropy(weights) -> jax.Array:
-    """Mean over layers (each ``[B, heads, T, S]``), examples, heads and query rows of the row
-    entropy: the attention-entropy regulariser's term."""
-    return jnp.mean(jnp.stack([row_entropy(w).mean() for w in weights]))
+def mean_entropy(weights, visible=None) -> jax.Array:
+    """Mean over layers (each ``[B, heads, T, S]``), examples, heads and counted query rows of
+    the row entropy over the visible keys: the attention-entropy regulariser's term."""
+    def per_layer(w):
+        w, shown = masked_weights(w, visible)
+        return masked_mean(row_entropy(w), counted_rows(shown))
+    return jnp.mean(jnp.stack([per_layer(w) for w in weights]))
+
+
+def masked_max_logit(q: jax.Array, k: jax.Array, scale, visible=None) -> jax.Array:
+    """``[N]``: the largest ``scale * q_i . k_j`` over the visible pairs (and examples) per
+    head, -inf for a head that sees none, from ``q`` ``[B, T, N, H]``, ``k`` ``[B, S, K, H]``,
+    ``scale`` scalar or ``[N]`` and ``visible`` broadcastable to the logits ``[B, N, T, S]``
+    (None: causal, ``j <= i + (S - T)``)."""
+    N = q.shape[2]
+    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,))
+    logits = scaled_logits(q, expand_kv_heads(k, N), scale, None)               # [B,N,T,S]
+    shown = visible_or_causal(visible, *logits.shape[-2:])
+    return jnp.where(shown, logits, -jnp.inf).max(axis=(0, 2, 3))
 
 
 def causal_max_logit(q: jax.Array, k: jax.Array, scale) -> jax.Array:
-    """``[N]``: the largest ``scale * q_i . k_j`` over causal pairs ``j <= i`` (and examples)
-    per head, from ``q`` ``[B, T, N, H]``, ``k`` ``[B, T, K, H]``, ``scale`` scalar or ``[N]``."""
-    N, T = q.shape[2], q.shape[1]
-    scale = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), (N,))
-    logits = scaled_logits(q, expand_kv_heads(k, N), scale, None)               # [B,N,T,T]
-    causal = jnp.tril(jnp.ones((T, T), bool))
-    return jnp.where(causal, logits, -jnp.inf).max(axis=(0, 2, 3))
+    """``masked_max_logit`` under the causal mask ``j <= i + (S - T)``."""
+    return masked_max_logit(q, k, scale)
 
 
-def qk_statistics(q: jax.Array, k: jax.Array, scale) -> dict[str, jax.Array]:
-    """``max_logit`` (``causal_max_logit``), ``q_norm``, ``k_norm`` of one layer, each ``[N]``:
+def qk_statistics(q: jax.Array, k: jax.Array, scale, visible=None) -> dict[str, jax.Array]:
+    """``max_logit`` (``masked_max_logit``), ``q_norm``, ``k_norm`` of one layer, each ``[N]``:
     ``sqrt(mean_{b,t} ||q_{bth}||^2)``, the RMS over tokens of the L2 norm of head h's query
-    (key) vectors; a GQA key head is reported for each query head that reads it."""
-    N, K = q.shape[2], k.shape[2]
-    rms = lambda x: jnp.sqrt(jnp.mean(jnp.sum(x.astype(jnp.float32) ** 2, -1), axis=(0, 1)))
-    return {"max_logit": causal_max_logit(q, k, scale), "q_norm": rms(q),
-            "k_norm": jnp.repeat(rms(k), N // K)}
+    (key) vectors, over the queries that see a key (the keys some query sees) in any head; a
+    GQA key head is reported for each query head that reads it."""
+    (B, T, N, _), (S, K) = q.shape, k.shape[1:3]
+    queries = keys = None                                   # None: every token counts
+    if visible is not None:
+        shown = jnp.broadcast_to(jnp.asarray(visible, bool), (B, N, T, S))
+        queries, keys = shown.any(axis=(1, 3))[..., None], shown.any(axis=(1, 2))[..., None]
+    rms = lambda x, counted: jnp.sqrt(masked_mean(jnp.sum(x.astype(jnp.float32) ** 2, -1),
+                                                  counted, axis=(0, 1)))
+    return {"max_logit": masked_max_logit(q, k, scale, visible), "q_norm": rms(q, queries),
+            "k_norm": jnp.repeat(rms(k, keys), N // K)}
 
 
 def cosine(a, b) -> float:
@@ -143,21 +214,28 @@ def js_divergence(p, q, axis: int = -1) -> np.ndarray:
     return np.clip(0.5 * kl_to_m(p) + 0.5 * kl_to_m(q), 0.0, np.log(2.0))
 
 
-def head_divergence(w, start: int = 1) -> np.ndarray:
-    """``[layers, heads, heads]``: entry ``(l, h, g)`` is ``JS(p_{lbhi}, p_{lbgi})`` (nats)
-    averaged over the query rows ``i >= start`` and the examples b of weights ``w`` ``[layers,
-    B, heads, T, T]``; symmetric, 0 on the diagonal, at most ln 2."""
+def head_divergence(w, start: int = 1, visible=None) -> np.ndarray:
+    """``[layers, heads, heads]``: entry ``(l, h, g)`` is ``JS(p_{lbhi}, p_{lbgi})`` (nats) of
+    the rows over their visible keys, averaged over the query rows ``i >= start`` that see a key
+    in both heads and the examples b of weights ``w`` ``[layers, B, heads, T, T]``; symmetric, 0
+    on the diagonal, at most ln 2."""
     w = np.asarray(w, np.float64)
     if w.ndim != 5 or w.shape[-1] != w.shape[-2]:
         raise ValueError(f"weights must be [layers, B, heads, T, T], got shape {w.shape}")
     if not 0 <= start < w.shape[-1]:
         raise ValueError(f"start must be in [0, T) = [0, {w.shape[-1]}), got {start}")
-    rows = w[..., start:, :]
+    counted = np.ones(w.shape[:-1], bool)                   # None: every row counts
+    if visible is not None:
+        shown = np.broadcast_to(np.asarray(visible, bool), w.shape)
+        w, counted = np.where(shown, w, 0.0), shown.any(-1)
+    rows, counted = w[..., start:, :], counted[..., start:]                     # [L, B, N, T']
     N = w.shape[2]
     out = np.zeros((w.shape[0], N, N))
     for h in range(N):
         for g in range(h + 1, N):
-            out[:, h, g] = out[:, g, h] = js_divergence(rows[:, :, h], rows[:, :, g]).mean((1, 2))
+            both = counted[:, :, h] & counted[:, :, g]
+            js = np.where(both, js_divergence(rows[:, :, h], rows[:, :, g]), 0.0)
+            out[:, h, g] = out[:, g, h] = js.sum((1, 2)) / both.sum((1, 2))
     return out
 
 
@@ -188,6 +266,11 @@ def spearman(a, b) -> float:
     return float(np.clip(ra @ rb / denominator, -1.0, 1.0)) if denominator > 0 else float("nan")
 
 
+def _as_5d(mask: jax.Array | None) -> jax.Array | None:
+    """A mask broadcastable to ``[layers, B, heads, T, T]`` with all five axes."""
+    return None if mask is None else mask[(None,) * (5 - mask.ndim)]
+
+
 def _check_weights(w) -> jax.Array:
     w = jnp.asarray(w, jnp.float32)
     if w.ndim != 5 or w.shape[-1] != w.shape[-2]:
@@ -195,58 +278,76 @@ def _check_weights(w) -> jax.Array:
     return w
 
 
-def _mean_rows(x: jax.Array) -> jax.Array:
-    """``[layers, B, heads, T]`` -> ``[layers, heads]``: mean over examples and rows."""
-    return x.mean(axis=(1, 3))
+def _weights(w, visible) -> tuple[jax.Array, jax.Array | None]:
+    """``masked_weights`` of ``[layers, B, heads, T, T]`` weights in float32, the mask 5-D."""
+    w, shown = masked_weights(_check_weights(w), visible)
+    return w, _as_5d(shown)
 
 
-def entropy(w) -> jax.Array:
-    """Mean row entropy ``-sum_j p_ij log p_ij`` in nats, ``[layers, heads]``."""
-    return _mean_rows(row_entropy(_check_weights(w)))
+def _mean_rows(x: jax.Array, rows: jax.Array | None) -> jax.Array:
+    """``[layers, B, heads, T]`` -> ``[layers, heads]``: mean over examples and the rows where
+    ``rows`` holds (None: every row)."""
+    return masked_mean(x, rows, axis=(1, 3))
 
 
-def normalized_entropy(w) -> jax.Array:
-    """Mean over rows i >= 1 of ``H_i / log(i + 1)`` (1 = uniform over the allowed keys);
-    NaN when T = 1."""
-    w = _check_weights(w)
-    T = w.shape[-1]
-    if T < 2:
-        return jnp.full((w.shape[0], w.shape[2]), jnp.nan)
-    h = row_entropy(w)[..., 1:] / jnp.log(jnp.arange(2, T + 1, dtype=jnp.float32))
-    return _mean_rows(h)
-
-
-def max_weight(w) -> jax.Array:
-    """Mean over rows of ``max_j p_ij``, ``[layers, heads]``."""
-    return _mean_rows(_check_weights(w).max(-1))
-
-
-def sink_mass(w) -> jax.Array:
-    """Mean over rows of ``p_i0``, the weight on the first token, ``[layers, heads]``."""
-    return _mean_rows(_check_weights(w)[..., 0])
-
-
-def activation_ratio(w, threshold: float = 0.1) -> jax.Array:
-    """Fraction of causally allowed weights (``j <= i``) above ``threshold``,
+def entropy(w, visible=None) -> jax.Array:
+    """Mean over counted rows of ``-sum_j p_ij log p_ij`` (visible j) in nats,
     ``[layers, heads]``."""
+    w, shown = _weights(w, visible)
+    return _mean_rows(row_entropy(w), counted_rows(shown))
+
+
+def normalized_entropy(w, visible=None) -> jax.Array:
+    """Mean over the rows with ``n_i >= 2`` visible keys of ``H_i / log n_i`` (1 = uniform over
+    the visible keys), ``[layers, heads]``; NaN when there is none (causal: T = 1)."""
+    w, shown = _weights(w, visible)
+    if shown is None:       # causal: row i sees n_i = i + 1 keys, rows 1.. two or more
+        T = w.shape[-1]
+        return _mean_rows(row_entropy(w)[..., 1:]
+                          / jnp.log(jnp.arange(2, T + 1, dtype=jnp.float32)), None)
+    n = shown.sum(-1)
+    counted = jnp.broadcast_to(n >= 2, w.shape[:-1])
+    h = jnp.where(counted, row_entropy(w) / jnp.log(n), 0.0)   # 0 / 0 on rows with one key
+    # rows 1.. summed apart from row 0: under the causal mask, where row 0 is not counted, the
+    # sum is then the unmasked one above, bit for bit
+    total = h[..., 1:].sum(axis=(1, 3)) + h[..., 0].sum(axis=1)
+    return total * (1 / counted.sum(axis=(1, 3)))
+
+
+def max_weight(w, visible=None) -> jax.Array:
+    """Mean over counted rows of ``max_j p_ij`` (visible j), ``[layers, heads]``."""
+    w, shown = _weights(w, visible)
+    return _mean_rows(w.max(-1), counted_rows(shown))
+
+
+def sink_mass(w, visible=None) -> jax.Array:
+    """Mean over counted rows of ``p_i0``, the weight on the first key (0 where it is hidden),
+    ``[layers, heads]``."""
+    w, shown = _weights(w, visible)
+    return _mean_rows(w[..., 0], counted_rows(shown))
+
+
+def activation_ratio(w, threshold: float = 0.1, visible=None) -> jax.Array:
+    """Share of the visible entries (all examples and rows) whose weight is above
+    ``threshold``, ``[layers, heads]``: ``mean_b #above_b / mean_b #visible_b``."""
     w = _check_weights(w)
-    T = w.shape[-1]
-    allowed = jnp.tril(jnp.ones((T, T), bool))
-    above = ((w > threshold) & allowed).sum(axis=(-2, -1))
-    return above.mean(axis=1) / allowed.sum()
+    shown = _as_5d(visible_or_causal(visible, *w.shape[-2:]))
+    above = ((w > threshold) & shown).sum(axis=(-2, -1))                       # [L, B, N]
+    return above.mean(axis=1) / shown.sum(axis=(-2, -1)).mean(axis=1)
 
 
-def previous_token(w) -> jax.Array:
-    """Mean over rows i >= 1 of ``p_{i,i-1}``, ``[layers, heads]``; NaN when T = 1."""
-    w = _check_weights(w)
-    if w.shape[-1] < 2:
-        return jnp.full((w.shape[0], w.shape[2]), jnp.nan)
-    return _mean_rows(jnp.diagonal(w, offset=-1, axis1=-2, axis2=-1))
+def previous_token(w, visible=None) -> jax.Array:
+    """Mean of ``p_{i,i-1}`` over the rows that see key i - 1 (None: rows i >= 1),
+    ``[layers, heads]``; NaN when none does."""
+    w, shown = _weights(w, visible)
+    previous = lambda x: jnp.diagonal(x, offset=-1, axis1=-2, axis2=-1)
+    return _mean_rows(previous(w),
+                      None if shown is None else previous(jnp.broadcast_to(shown, w.shape)))
 
 
-def induction_score(w, tokens) -> jax.Array:
-    """Mean weight on the keys after earlier occurrences of the query's token (see the module
-    docstring), ``[layers, heads]``; ``tokens`` ``[B, T]``."""
+def induction_score(w, tokens, visible=None) -> jax.Array:
+    """Mean weight on the visible keys after earlier occurrences of the query's token (see the
+    module docstring), ``[layers, heads]``; ``tokens`` ``[B, T]``."""
     w = _check_weights(w)
     tokens = jnp.asarray(tokens)
     if tokens.shape != (w.shape[1], w.shape[-1]):
@@ -256,13 +357,16 @@ def induction_score(w, tokens) -> jax.Array:
     i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
     before = jnp.concatenate([jnp.full_like(tokens[:, :1], -1), tokens[:, :-1]], 1)  # x_{j-1}
     target = (before[:, None, :] == tokens[:, :, None]) & (j >= 1) & (j < i)     # [B, T, T]
-    mass = (w * target[None, :, None]).sum(-1)                                  # [L, B, N, T]
-    rows = target.any(-1)[None, :, None]                                        # [1, B, 1, T]
+    target = target[None, :, None] & _as_5d(visible_or_causal(visible, T, T))  # [L|1,B,N|1,T,T]
+    mass = (w * target).sum(-1)                                                 # [L, B, N, T]
+    rows = target.any(-1)
     return (mass * rows).sum(axis=(1, 3)) / rows.sum(axis=(1, 3))
 
 
-def weight_statistics(w) -> dict[str, jax.Array]:
-    """The statistics of ``w`` alone, keyed by the names in ``WEIGHT_STATS``."""
-    return {"entropy": entropy(w), "norm_entropy": normalized_entropy(w),
-            "max_weight": max_weight(w), "sink_mass": sink_mass(w),
-            "active_frac": activation_ratio(w), "prev_token": previous_token(w)}
+def weight_statistics(w, visible=None) -> dict[str, jax.Array]:
+    """The statistics of ``w`` (under ``visible``) alone, keyed by the names in
+    ``WEIGHT_STATS``."""
+    return {"entropy": entropy(w, visible), "norm_entropy": normalized_entropy(w, visible),
+            "max_weight": max_weight(w, visible), "sink_mass": sink_mass(w, visible),
+            "active_frac": activation_ratio(w, visible=visible),
+            "prev_token": previous_token(w, visible)}
