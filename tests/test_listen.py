@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from attnjax.distributed import bind_address
+from attnjax.sweep import ray_launcher
 from helpers import subprocess_env
 
 
@@ -123,13 +124,12 @@ def test_a_local_ray_instance_for_a_sweep_listens_on_loopback_only(monkeypatch):
     runtime-env agent and the autoscaler's metrics server listened on every interface (or
     the host's address). Read: every process Ray started, and this one (the driver)."""
     ray = pytest.importorskip("ray")
-    from attnjax.sweep.ray_launcher import connect
     assert not ray.is_initialized()
     driver = psutil.Process()
     before = set(listening([driver]))
     metrics = free_port()               # not Ray's fixed 44217: another instance may hold it
     monkeypatch.setenv("AUTOSCALER_METRIC_PORT", str(metrics))
-    started = connect(ray, None)
+    started = ray_launcher.connect(ray, None)
     try:
         assert started
         assert ray.get(ray.remote(lambda: 7).remote()) == 7    # a worker runs (and listens)
@@ -146,3 +146,13 @@ def test_a_local_ray_instance_for_a_sweep_listens_on_loopback_only(monkeypatch):
     assert {"gcs_server", "raylet", "ray::IDLE"} <= names, sockets
     assert [port for _, _, port in monitor] == [metrics] and monitor[0] in sockets, monitor
     assert not beyond_loopback(sockets), sorted(beyond_loopback(sockets))
+
+
+@pytest.mark.parametrize("address, loopback", [
+    ("127.0.0.1:6379", True), ("localhost:6379", True), ("127.0.1.1:6379", True),
+    ("[::1]:6379", True), ("ray://127.0.0.1:10001", True), ("10.1.2.3:6379", False),
+    ("head-node:6379", False), ("auto", False)])
+def test_a_cluster_at_a_loopback_address_is_joined_as_a_loopback_node(address, loopback):
+    """Joined from a host address, a driver of a loopback instance would register where no
+    raylet of it is, and wait forever (test_ray joins one with --address)."""
+    assert ray_launcher._is_loopback(address) is loopback

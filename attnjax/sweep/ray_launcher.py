@@ -18,7 +18,9 @@ Needs the optional extra: ``pip install 'attnjax[ray]'``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import ipaddress
 import os
 
 from attnjax.compilation import enable_compile_cache
@@ -44,31 +46,47 @@ def _train_on_ray(configs: list[dict], run_dirs: list[str]) -> list[dict]:
 
 def connect(ray, address: str | None) -> bool:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local instance
-    that listens on loopback only (``_start_local``); returns whether this process started
-    it (and so must stop it)."""
+    that listens on loopback only; returns whether this process started it (and so must
+    stop it). A cluster at a loopback address is joined as a loopback node too."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address is not None:                 # an existing cluster: its nodes are the user's
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-        return False
-    _start_local(ray)
-    return True
+    options = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if address is None:
+        with _on_loopback():
+            ray.init(_node_ip_address=LOOPBACK, **options)
+        return True
+    if _is_loopback(address):
+        with _on_loopback():
+            ray.init(address=address, **options)
+    else:                                   # an existing cluster: its nodes are the user's
+        ray.init(address=address, **options)
+    return False
 
 
-def _start_local(ray) -> None:
-    """Start a one-node Ray instance on 127.0.0.1: its GCS, raylet, workers, agents and the
-    autoscaler's metrics server listen on loopback only, not on every interface. Ray puts a
-    node on loopback when clusters are off (``ENABLE_RAY_CLUSTER``, as on macOS and Windows;
-    otherwise it replaces ``_node_ip_address='127.0.0.1'`` by the host's address): off
-    while this instance starts, as nothing else is to join it."""
+def _is_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False                        # a host name, or "auto"
+
+
+@contextlib.contextmanager
+def _on_loopback():
+    """Ray places a node on 127.0.0.1 (its GCS, raylet, workers, agents and the autoscaler's
+    metrics server listening on loopback only) when clusters are off
+    (``ENABLE_RAY_CLUSTER``, as on macOS and Windows); otherwise it replaces
+    ``_node_ip_address='127.0.0.1'`` by the host's address, and a driver joining a loopback
+    instance registers under an address no raylet of it has, and waits forever. Off while
+    this process's node starts or joins."""
     constants = importlib.import_module("ray._private.ray_constants")
     clusters = getattr(constants, "ENABLE_RAY_CLUSTER", None)   # (a Ray that moved it keeps
     constants.ENABLE_RAY_CLUSTER = False                        # _node_ip_address as given)
     try:
-        ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        yield
     finally:
         if clusters is None:
             del constants.ENABLE_RAY_CLUSTER
