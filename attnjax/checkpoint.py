@@ -20,6 +20,7 @@ import hashlib
 import logging
 import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 
 # checkpoints saved without a parameter digest: the whole state's, over its fields in this order
+READ_ATTEMPTS, READ_PAUSE = 4, 0.5   # a reader's searches of a run being written
 LEGACY_FIELDS = ("step", "params", "opt_state", "skipped")
 
 
@@ -140,6 +142,9 @@ class Checkpoints:
         return sorted(self.manager.all_steps())
 
     def best_step(self) -> int | None:
+        """The step of the lowest validation loss (a reader reads the directory again)."""
+        if self._read_only:
+            self.manager.reload()
         return self.manager.best_step()
 
     def restore(self, template, step: int | None = None):
@@ -151,12 +156,14 @@ class Checkpoints:
                                        PartitionSpec())
             abstract = jax.tree_util.tree_map(
                 lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), abstract)
-        return self._first_good(step, lambda candidate: self._restore(candidate, abstract))
+        return self._first_good(lambda: step, lambda candidate: self._restore(candidate, abstract))
 
-    def restore_params(self, step: int | None = None):
-        """``(params, step)`` of the newest good checkpoint (or of ``step`` and older), read
-        as saved, on the default device; ``(None, None)`` if there is none."""
-        return self._first_good(step, lambda candidate: self._restore(candidate, None))
+    def restore_params(self, step: int | None = None, best: bool = False):
+        """``(params, step)`` of the newest good checkpoint (or of ``step`` and older; with
+        ``best``, of the best and older, the best read again at each search), read as saved,
+        on the default device; ``(None, None)`` if there is none."""
+        bound = self.best_step if best else (lambda: step)
+        return self._first_good(bound, lambda candidate: self._restore(candidate, None))
 
     def saved_config(self) -> dict | None:
         """The config (as JSON) the newest checkpoint whose metadata reads was saved with;
@@ -186,23 +193,32 @@ class Checkpoints:
             raise ValueError("its bytes do not match the digest saved with it")
         return state if abstract is not None else state["params"]
 
-    def _first_good(self, step: int | None, restore):
-        """``(restore(candidate), candidate)`` for the newest checkpoint (at or before ``step``)
-        that restores; the list is read again after each failure, so a reader whose
-        checkpoint the run's writer removed meanwhile goes on to the writer's newer one."""
-        failed = set()
-        while candidates := [s for s in reversed(self.steps())
-                             if (step is None or s <= step) and s not in failed]:
-            candidate = candidates[0]
-            try:
-                return restore(candidate), candidate
-            except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
-                failed.add(candidate)
-                if candidate in self.steps():       # not merely removed by the run's writer
-                    print(f"attnjax: checkpoint {candidate} in {self.manager.directory} is "
-                          f"unusable ({type(error).__name__}: "
-                          f"{str(error).splitlines()[0][:200]}); trying an earlier one",
-                          file=sys.stderr)
+    def _first_good(self, bound, restore):
+        """``(restore(candidate), candidate)`` for the newest checkpoint at or before
+        ``bound()`` (None: any) that restores; the list is read again after each failure, so
+        a reader whose checkpoint the run's writer removed meanwhile goes on to the writer's
+        newer one. A reader that lost every race against a writer saving faster than it reads
+        (or whose bound the writer moved past) searches again, ``READ_ATTEMPTS`` times in all,
+        ``READ_PAUSE`` seconds apart."""
+        reported = set()
+        for _attempt in range(READ_ATTEMPTS if self._read_only else 1):
+            failed, limit = set(), bound()
+            while candidates := [s for s in reversed(self.steps())
+                                 if (limit is None or s <= limit) and s not in failed]:
+                candidate = candidates[0]
+                try:
+                    return restore(candidate), candidate
+                except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
+                    failed.add(candidate)
+                    if candidate in self.steps() and candidate not in reported:   # not removed
+                        reported.add(candidate)                                # by the writer
+                        print(f"attnjax: checkpoint {candidate} in {self.manager.directory} "
+                              f"is unusable ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0][:200]}); trying an earlier one",
+                              file=sys.stderr)
+            if not self.steps():
+                break                       # no checkpoint at all: nothing to wait for
+            time.sleep(READ_PAUSE)
         return None, None
 
     def wait(self):

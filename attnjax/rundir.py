@@ -309,8 +309,7 @@ class RunDir:
         if self.has_checkpoint():
             checkpoints = self.checkpoints(config.train.keep_best, read_only=True)
             try:
-                params, step = checkpoints.restore_params(
-                    checkpoints.best_step() if which == "best" else None)
+                params, step = checkpoints.restore_params(best=which == "best")
             finally:
                 checkpoints.close()
         if params is None:
