@@ -201,7 +201,9 @@ class Checkpoints:
         (or whose bound the writer moved past) searches again, ``READ_ATTEMPTS`` times in all,
         ``READ_PAUSE`` seconds apart."""
         reported = set()
-        for _attempt in range(READ_ATTEMPTS if self._read_only else 1):
+        for attempt in range(READ_ATTEMPTS if self._read_only else 1):
+            if attempt:
+                time.sleep(READ_PAUSE)
             failed, limit = set(), bound()
             while candidates := [s for s in reversed(self.steps())
                                  if (limit is None or s <= limit) and s not in failed]:
@@ -218,7 +220,6 @@ class Checkpoints:
                               file=sys.stderr)
             if not self.steps():
                 break                       # no checkpoint at all: nothing to wait for
-            time.sleep(READ_PAUSE)
         return None, None
 
     def wait(self):

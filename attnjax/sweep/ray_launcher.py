@@ -56,11 +56,8 @@ def connect(ray, address: str | None) -> bool:
         with _on_loopback():
             ray.init(_node_ip_address=LOOPBACK, **options)
         return True
-    if _is_loopback(address):
-        with _on_loopback():
-            ray.init(address=address, **options)
-    else:                                   # an existing cluster: its nodes are the user's
-        ray.init(address=address, **options)
+    with _on_loopback() if _is_loopback(address) else contextlib.nullcontext():
+        ray.init(address=address, **options)   # an existing cluster: its nodes are the user's
     return False
 
 
