@@ -17,6 +17,7 @@ from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep import cross, expand, product, run_name, zip_axes
 from attnjax.sweep.launch import (choose_launcher, divergence, longest_first, run_sweep,
                                   vmap_groups, work)
+from attnjax.sweep import workers
 from attnjax.sweep.workers import core_shares
 from attnjax.train import hyper, loop, train
 from helpers import COMPILE_CACHE_ENV, TINY_INDUCTION, deterministic, run_cli, subprocess_env
@@ -350,3 +351,25 @@ def test_processes_launcher_and_cli(tmp_path, monkeypatch, capsys):
                              "model.attention.num_heads=3")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "d_model" in err
+
+
+def test_a_worker_killed_before_it_is_handed_its_run_fails_only_that_run(tmp_path, monkeypatch):
+    """The out-of-memory killer may strike between a worker being chosen for a run and the run
+    reaching it: the send finds the pipe broken, and the run is recorded as failed (not the
+    whole sweep interrupted)."""
+    path = write_experiment(tmp_path, '[{"seed": s} for s in range(2)]')
+    give, killed = workers._Worker.give, []
+
+    def killed_first(worker, task, run_dirs):
+        if not killed:
+            worker.process.kill()
+            worker.process.join()
+            killed.append(task[0].name)
+        give(worker, task, run_dirs)
+
+    monkeypatch.setattr(workers._Worker, "give", killed_first)
+    record = run_sweep(path, tmp_path / "s", launcher="processes", jobs=2, progress=False,
+                       log=quiet)
+    runs = {r["name"]: r for r in record["runs"]}
+    assert runs[killed[0]]["status"] == "failed" and "SIGKILL" in runs[killed[0]]["error"]
+    assert [r["status"] for name, r in runs.items() if name != killed[0]] == ["finished"]

@@ -91,8 +91,14 @@ class _Worker:
         self.share, self.task = share, None
 
     def give(self, task: list, run_dirs: list) -> None:
+        """Hand the worker ``task``. A worker that died before it could take it (the send
+        finds the pipe broken) keeps the task: ``run_tasks`` finds the death by its sentinel
+        and records the task's runs as failed, as for a worker that dies while training."""
         self.task = task
-        self.conn.send(([to_dict(r.config) for r in task], [str(d) for d in run_dirs]))
+        try:
+            self.conn.send(([to_dict(r.config) for r in task], [str(d) for d in run_dirs]))
+        except OSError:
+            pass
 
     def close(self) -> None:
         if self.process.is_alive():
