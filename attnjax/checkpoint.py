@@ -137,15 +137,26 @@ class Checkpoints:
     def steps(self) -> list[int]:
         """The saved steps, oldest first; a reader lists the directory again each time (the
         run's writer may have saved newer ones and removed older ones since)."""
-        if self._read_only:
-            self.manager.reload()
-        return sorted(self.manager.all_steps())
+        return sorted(self._listed(self.manager.all_steps))
 
     def best_step(self) -> int | None:
         """The step of the lowest validation loss (a reader reads the directory again)."""
-        if self._read_only:
-            self.manager.reload()
-        return self.manager.best_step()
+        return self._listed(self.manager.best_step)
+
+    def _listed(self, read):
+        """``read()`` of the manager's view of the directory. A reader lists the directory
+        again first, and again when the writer removed a checkpoint it was reading about
+        (``FileNotFoundError``), ``READ_ATTEMPTS`` times in all."""
+        if not self._read_only:
+            return read()
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                self.manager.reload()
+                return read()
+            except FileNotFoundError:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(READ_PAUSE)
 
     def restore(self, template, step: int | None = None):
         """``(state, step)`` of the newest good checkpoint (or of ``step`` and older), with the
