@@ -26,6 +26,7 @@ from absl.testing import parameterized
 import attnjax  # noqa: F401  (registers every kernel)
 from attnjax.ops.attention import (OPTIONS, Dropout, check_kernel_supports, dot_product_attention,
                                    dropout_keep)
+from attnjax.ops.positions import alibi_bias, alibi_slopes, t5_bias
 from attnjax.parity import oracle_attention, oracle_grads, parity_settings
 from attnjax.registry import KERNELS
 from helpers import REPO, subprocess_env
@@ -161,6 +162,23 @@ def lengths_mask(q_len, kv_len, T, S):
     return (q_ok[:, :, None] & k_ok[:, None, :])[:, None]
 
 
+# The masks the oracle, linear and fully-masked-row tests run under: causal, and bidirectional
+# (encoder-style, no causal mask) with per-example padding of queries and keys.
+MASK_KINDS = ("causal", "bidirectional_padding")
+
+
+def mask_kind_case(kind, T=9):
+    """``(kernel kwargs, oracle mask broadcastable to [B, N, T, T])`` of mask kind ``kind`` for
+    self-attention of length ``T`` with batch 2. Bidirectional: batch 1 has queries ``>= T - 2``
+    padded (rows that see no key: zeros) and keys ``>= T - 3`` padded (a valid query row that
+    sees fewer keys than it is long)."""
+    if kind == "causal":
+        return dict(is_causal=True), np.tril(np.ones((T, T), bool))
+    q_len, kv_len = np.array([T, T - 2], np.int32), np.array([T, T - 3], np.int32)
+    return (dict(query_seq_lengths=q_len, key_value_seq_lengths=kv_len),
+            lengths_mask(q_len, kv_len, T, T))
+
+
 def _unsupported_error(name, asked):
     """The front door's error for kernel ``name`` asked for options it lacks."""
     missing = sorted(set(asked) - _spec(name).supports)
@@ -178,8 +196,8 @@ MASKED_Q_LEN = np.array([13, 16], np.int32)
 MASKED_KV_LEN = np.array([11, 0], np.int32)
 
 
-def masked_run(name, q, k, v):
-    return attend_grads(name, q, k, v, is_causal=True, query_seq_lengths=MASKED_Q_LEN,
+def masked_run(name, q, k, v, is_causal=True):
+    return attend_grads(name, q, k, v, is_causal=is_causal, query_seq_lengths=MASKED_Q_LEN,
                         key_value_seq_lengths=MASKED_KV_LEN)
 
 
@@ -262,36 +280,84 @@ def _reference_vs_oracle(q, k, v, oracle_kwargs, **kernel_kwargs):
     return expected
 
 
-def test_reference_per_head_scale_vs_oracle():
+@pytest.mark.parametrize("mask_kind", MASK_KINDS)
+def test_reference_per_head_scale_vs_oracle(mask_kind):
     q, k, v = qkv(T=9, K=2)
     scale = np.array([0.2, 0.35, 0.5, 0.9], np.float32)
-    causal = np.tril(np.ones((9, 9), bool))
-    expected = _reference_vs_oracle(q, k, v, dict(scale=scale, mask=causal),
-                                    scale=scale, is_causal=True)
+    mask_kwargs, mask = mask_kind_case(mask_kind)
+    expected = _reference_vs_oracle(q, k, v, dict(scale=scale, mask=mask),
+                                    scale=scale, **mask_kwargs)
     # A per-head scale is not the default scalar one.
-    assert np.abs(expected - oracle_attention(q, k, v, mask=causal)).max() > 1e-2
+    assert np.abs(expected - oracle_attention(q, k, v, mask=mask)).max() > 1e-2
 
 
-def test_reference_softcap_vs_oracle():
+@pytest.mark.parametrize("mask_kind", MASK_KINDS)
+def test_reference_softcap_vs_oracle(mask_kind):
     # Inputs x3: raw logits have std ~ 9, so c * tanh(s / c) with c = 5 is far from identity.
     q, k, v = qkv(T=9, K=2, mult=3.0)
-    causal = np.tril(np.ones((9, 9), bool))
-    expected = _reference_vs_oracle(q, k, v, dict(logit_soft_cap=5.0, mask=causal),
-                                    logit_soft_cap=5.0, is_causal=True)
-    assert np.abs(expected - oracle_attention(q, k, v, mask=causal)).max() > 0.1
+    mask_kwargs, mask = mask_kind_case(mask_kind)
+    expected = _reference_vs_oracle(q, k, v, dict(logit_soft_cap=5.0, mask=mask),
+                                    logit_soft_cap=5.0, **mask_kwargs)
+    assert np.abs(expected - oracle_attention(q, k, v, mask=mask)).max() > 0.1
 
 
-# Both cases share one compilation (the sink is a jit argument); "softmax plus one" is a zero
-# sink logit on every head (the scalar sink=0.0 form is checked in test_return_weights).
+# Both sinks share one compilation per mask kind (the sink is a jit argument); "softmax plus
+# one" is a zero sink logit on every head (the scalar sink=0.0 form is checked in
+# test_return_weights).
+@pytest.mark.parametrize("mask_kind", MASK_KINDS)
 @pytest.mark.parametrize("sink", [np.array([-1.0, 0.5, 2.0, 0.0], np.float32),
                                   np.zeros(4, np.float32)],
                          ids=["learned_per_head", "softmax_plus_one"])
-def test_reference_sink_vs_oracle(sink):
+def test_reference_sink_vs_oracle(sink, mask_kind):
     q, k, v = qkv(T=9, K=2)
-    causal = np.tril(np.ones((9, 9), bool))
-    expected = _reference_vs_oracle(q, k, v, dict(sink=sink, mask=causal), sink=sink,
-                                    is_causal=True)
-    assert np.abs(expected - oracle_attention(q, k, v, mask=causal)).max() > 1e-2
+    mask_kwargs, mask = mask_kind_case(mask_kind)
+    expected = _reference_vs_oracle(q, k, v, dict(sink=sink, mask=mask), sink=sink,
+                                    **mask_kwargs)
+    assert np.abs(expected - oracle_attention(q, k, v, mask=mask)).max() > 1e-2
+
+
+# Position biases as the kernels take them (functions of query and key positions, evaluated
+# per block) and, for the oracle, written out densely from the formulas for T = 9:
+# ALiBi -m_n |i - j| (symmetric, so usable bidirectionally) and the bidirectional T5 bias.
+_ALIBI_SLOPES = alibi_slopes(4).astype(np.float32)                  # 2^-2, 2^-4, 2^-6, 2^-8
+_ALIBI = functools.partial(alibi_bias, _ALIBI_SLOPES)
+_T5_TABLE = np.random.default_rng(11).normal(size=(32, 4)).astype(np.float32)
+_T5 = functools.partial(t5_bias, jnp.asarray(_T5_TABLE), bidirectional=True)
+_OFFSET_9 = np.arange(9)[None, :] - np.arange(9)[:, None]          # k - q, [T, S]
+_ALIBI_9 = -_ALIBI_SLOPES[None, :, None, None] * np.abs(_OFFSET_9)[None, None]
+# 32 buckets, bidirectional: 16 per side, keys after the query (k > q) in the upper half; the
+# first 8 distances get buckets of their own and distance 8 is the first logarithmic bucket,
+# 8 + floor(ln(8 / 8) ...) = 8, so for |k - q| <= 8 the bucket is 16 [k > q] + |k - q|.
+_T5_9 = _T5_TABLE[16 * (_OFFSET_9 > 0) + np.abs(_OFFSET_9)].transpose(2, 0, 1)[None]
+_BAND_2_9 = np.abs(_OFFSET_9) <= 2                                  # local_window_size=(2, 2)
+_SINK_4 = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+
+# case -> (qkv kwargs, kernel kwargs, oracle kwargs); each runs under every mask kind, whose
+# mask is added to both sides (and-ed with the case's own oracle mask).
+ORACLE_CASES = {
+    "gqa": (dict(K=2), {}, {}),
+    "mqa": (dict(K=1), {}, {}),
+    "alibi_bias": (dict(K=2), dict(bias=_ALIBI), dict(bias=_ALIBI_9)),
+    "t5_bias_bidirectional": (dict(K=2), dict(bias=_T5), dict(bias=_T5_9)),
+    "window_2_2": (dict(K=2), dict(local_window_size=(2, 2)), dict(mask=_BAND_2_9)),
+    "t5_window_2_2_softcap_sink": (
+        dict(K=2, mult=3.0),
+        dict(bias=_T5, local_window_size=(2, 2), logit_soft_cap=5.0, sink=_SINK_4),
+        dict(bias=_T5_9, mask=_BAND_2_9, logit_soft_cap=5.0, sink=_SINK_4)),
+}
+
+
+@pytest.mark.parametrize("mask_kind", MASK_KINDS)
+@pytest.mark.parametrize("case", list(ORACLE_CASES))
+def test_reference_gqa_bias_window_vs_oracle(case, mask_kind):
+    shape_kwargs, kernel_kwargs, oracle_kwargs = ORACLE_CASES[case]
+    q, k, v = qkv(T=9, **shape_kwargs)
+    mask_kwargs, mask = mask_kind_case(mask_kind)
+    oracle_kwargs = {**oracle_kwargs, "mask": mask & oracle_kwargs.get("mask", True)}
+    expected = _reference_vs_oracle(q, k, v, oracle_kwargs, **kernel_kwargs, **mask_kwargs)
+    if kernel_kwargs:
+        # The case's options change the output (under this mask kind).
+        assert np.abs(expected - oracle_attention(q, k, v, mask=mask)).max() > 1e-2
 
 
 # ------------------------------------------------------------------- 3. exact kernels vs reference
@@ -303,6 +369,7 @@ _DENSE_BIAS = _RNG.normal(size=(1, 4, 16, 16)).astype(np.float32)
 _SEGMENTS = np.array([[0] * 5 + [1] * 7 + [2] * 4, [0] * 9 + [1] * 7], np.int32)
 _SEGMENTS_13 = np.array([[0] * 6 + [1] * 7, [0] * 3 + [1] * 10], np.int32)
 _SLOPES = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+_PAD_SEGMENTS = np.array([[0] * 7 + [1] * 6 + [99] * 3, [0] * 10 + [99] * 6], np.int32)
 
 
 def distance_bias(q_pos, k_pos):
@@ -341,6 +408,29 @@ SCENARIOS = {
              segment_ids=_SEGMENTS_13, key_value_seq_lengths=np.array([13, 10], np.int32),
              dropout_rate=0.3, dropout_rng=jax.random.key(0)),
         {"softcap", "sink", "segment", "padding", "dropout"}),
+    # Bidirectional (no causal mask) with padding: batch 1 pads queries >= 11 (zero rows) and
+    # keys >= 9.
+    "bidirectional_gqa_padding": (
+        dict(T=16, K=2), dict(query_seq_lengths=np.array([16, 11], np.int32),
+                              key_value_seq_lengths=np.array([16, 9], np.int32)),
+        {"padding"}),
+    # Packed bidirectional sequences whose pads form a segment of their own (id 99), keys past
+    # 12 of batch 1 padded, a symmetric window and a symmetric (ALiBi-like) position bias.
+    # Batch 1 query 15 sees no key at all (its window 12..15 is all padding).
+    "bidirectional_window_3_3_segments_bias": (
+        dict(T=16, K=2), dict(local_window_size=(3, 3), segment_ids=_PAD_SEGMENTS,
+                              key_value_seq_lengths=np.array([16, 12], np.int32),
+                              bias=distance_bias),
+        {"window", "segment", "padding", "bias"}),
+    # Bidirectional probability options at once, on a length no block size divides, with the
+    # bidirectional T5 bias and query and key padding.
+    "bidirectional_len13_softcap_sink_t5_bias_padding_dropout": (
+        dict(T=13, K=2, mult=3.0),
+        dict(logit_soft_cap=5.0, sink=_SINK_4, bias=_T5,
+             query_seq_lengths=np.array([13, 8], np.int32),
+             key_value_seq_lengths=np.array([13, 10], np.int32),
+             dropout_rate=0.3, dropout_rng=jax.random.key(0)),
+        {"softcap", "sink", "bias", "padding", "dropout"}),
 }
 
 
@@ -504,10 +594,11 @@ def test_dropout_output_by_hand(shared):
 # ---------------------------------------------------------------------------- 6. fully masked rows
 
 
+@pytest.mark.parametrize("is_causal", [True, False], ids=["causal", "bidirectional"])
 @pytest.mark.parametrize("name", ALL_KERNELS)
-def test_fully_masked_rows_are_zero(name):
+def test_fully_masked_rows_are_zero(name, is_causal):
     q, k, v = qkv(T=16, K=2)
-    out, (dq, dk, dv) = masked_run(name, q, k, v)
+    out, (dq, dk, dv) = masked_run(name, q, k, v, is_causal=is_causal)
     out, dq, dk, dv = (np.asarray(x) for x in (out, dq, dk, dv))
     # Batch 1 sees no key at all; batch 0 rows >= 13 are query padding.
     np.testing.assert_array_equal(out[1], 0.0)
@@ -802,10 +893,14 @@ def _linear_oracle(q, k, v, scale, causal, q_len=None, kv_len=None):
     return out
 
 
-def test_linear_causal_matches_direct_computation():
+@pytest.mark.parametrize("mask_kind", MASK_KINDS)
+def test_linear_self_attention_matches_direct_computation(mask_kind):
     q, k, v = qkv(T=8, K=2)
-    got = attend("linear", q, k, v, is_causal=True)
-    assert_close(got, _linear_oracle(q, k, v, 1 / np.sqrt(8), causal=True))
+    kwargs, _ = mask_kind_case(mask_kind, T=8)
+    got = attend("linear", q, k, v, **kwargs)
+    assert_close(got, _linear_oracle(q, k, v, 1 / np.sqrt(8), causal=mask_kind == "causal",
+                                     q_len=kwargs.get("query_seq_lengths"),
+                                     kv_len=kwargs.get("key_value_seq_lengths")))
 
 
 def test_linear_noncausal_cross_padding_per_head_scale():

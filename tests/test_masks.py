@@ -190,10 +190,12 @@ def test_visibility_causal_window_offset_and_nothing():
     chex.assert_shape(got, (1, 1, 3, 3))
     np.testing.assert_array_equal(got[0, 0], as_matrix(["1 0 0", "1 1 0", "1 1 1"]))
     # two queries after three cached keys (offset 3), a window of 2: keys i + 2 and i + 3
-    np.testing.assert_array_equal(visibility(2, 5, causal=True, window=2, offset=3)[0, 0],
+    np.testing.assert_array_equal(visibility(2, 5, causal=True, window=(1, 0), offset=3)[0, 0],
                                   as_matrix(["0 0 1 1 0", "0 0 0 1 1"]))
-    np.testing.assert_array_equal(visibility(2, 3, causal=False, window=2)[0, 0],
+    np.testing.assert_array_equal(visibility(2, 3, causal=False, window=(1, None))[0, 0],
                                   as_matrix(["1 1 1", "1 1 1"]))            # j > i - 2 only
+    np.testing.assert_array_equal(visibility(3, 3, causal=False, window=(1, 1))[0, 0],
+                                  as_matrix(["1 1 0", "1 1 1", "0 1 1"]))   # |i - j| <= 1
     np.testing.assert_array_equal(visibility(2, 3, causal=False)[0, 0], np.ones((2, 3)))
 
 

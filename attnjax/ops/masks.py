@@ -93,7 +93,7 @@ def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
 
 
 def visibility(T: int, S: int, causal: bool, token_mask: jax.Array | None = None,
-               window: int | None = None, offset: int = 0) -> jax.Array:
+               window: tuple[int | None, int | None] | None = None, offset: int = 0) -> jax.Array:
     """Which keys each query may see, from what a model knows: bool ``[B|1, 1, T, S]``, the
     ``visible`` argument of the attention statistics and regularisers.
 
@@ -101,7 +101,8 @@ def visibility(T: int, S: int, causal: bool, token_mask: jax.Array | None = None
     iff every given condition holds:
 
     - ``causal``: ``j <= i + offset``;
-    - ``window``: ``j > i + offset - window`` (with ``causal``, the last ``window`` keys);
+    - ``window`` ``(left, right)``, as the kernels' ``local_window_size``: ``i + offset - left
+      <= j <= i + offset + right`` (``None``: unbounded on that side);
     - ``token_mask`` bool ``[B, T]`` (needs ``T == S``, real tokens True): ``token_mask[i]``
       and ``token_mask[j]``, so a padded query's row is all False.
     """
@@ -113,8 +114,7 @@ def visibility(T: int, S: int, causal: bool, token_mask: jax.Array | None = None
     real = None if token_mask is None else jnp.asarray(token_mask, bool)
     return combine_masks(jnp.ones((1, 1, T, S), bool),
                          causal_mask(q_pos, k_pos) if causal else None,
-                         None if window is None else sliding_window_mask(q_pos, k_pos,
-                                                                         window - 1, None),
+                         None if window is None else sliding_window_mask(q_pos, k_pos, *window),
                          padding_mask(real, real))
 
 
