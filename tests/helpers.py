@@ -11,7 +11,8 @@ in ``[tool.pytest.ini_options]`` of pyproject.toml.
   metrics records without their timings, for comparing two runs.
 - The tiny configs, as dotted-override dicts (they also go verbatim into the experiment files
   and scripts that subprocess tests write): ``TINY_MODEL`` and ``TINY_SCHEDULE`` are the parts;
-  ``TINY_TEXT``, ``TINY_INDUCTION`` and ``TINY_MQAR`` the whole configs per task. A file that
+  ``TINY_TEXT``, ``TINY_INDUCTION`` and ``TINY_MQAR`` the whole configs per task (``TINY_MLM``
+  and ``TINY_CLASSIFY`` those of the encoder family). A file that
   needs another shape derives it from one of these with a visible override,
   ``tiny_config(TINY_MQAR, **{"train.steps": 200})``, never a copy.
 """
@@ -101,6 +102,18 @@ TINY_INDUCTION = {**TINY_MODEL, **TINY_SCHEDULE, "data.task": "induction", "data
 # MQAR's 8 key-value pairs and their 8 queries need 24 tokens or more: length 32.
 TINY_MQAR = {**TINY_MODEL, **TINY_SCHEDULE, "data.task": "mqar", "data.length": 32,
              "model.max_length": 32, "data.vocab_size": 64, "model.vocab_size": 64}
+
+
+# The encoder family: masked-language modelling on padded byte-level sentence pairs, and the
+# first_repeat classification on [CLS], padded.
+TINY_MLM = {**TINY_MODEL, **TINY_SCHEDULE, "model.family": "encoder", "data.task": "mlm",
+            "data.length": 12, "model.vocab_size": 260, "data.padding": "right",
+            "data.min_length": 5, "data.segments": "pair", "model.type_vocab_size": 2,
+            "model.embed_norm": True}
+TINY_CLASSIFY = {**TINY_MODEL, **TINY_SCHEDULE, "model.family": "encoder",
+                 "model.classifier": "cls", "data.task": "first_repeat", "data.length": 12,
+                 "data.vocab_size": 16, "model.vocab_size": 16, "data.padding": "right",
+                 "data.min_length": 4}
 
 
 def tiny_config(base: dict, **overrides) -> Config:

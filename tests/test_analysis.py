@@ -17,7 +17,7 @@ import pytest
 from attnjax.analysis import diagnostics as D
 from attnjax.analysis import heads as K
 from attnjax.analysis import heatmaps as V
-from attnjax.config import Config, apply_overrides, from_json, to_dict, to_json
+from attnjax.config import Config, DataConfig, apply_overrides, from_json, to_dict, to_json
 from attnjax.data import Dataset
 from attnjax.models.decoder import DecoderLM
 from attnjax.models.probe import STATS
@@ -402,9 +402,14 @@ def test_knockout_order_removes_the_least_harmful_head_first():
 # ------------------------------------------------------------ 4. pictures and reports
 
 def test_byte_labels_and_truncation():
-    assert V.token_labels([ord("a"), 32, 10, 9, 0x80], byte_level=True) == [
-        "a", "␣", "⏎", "⇥", "\\x80"]
-    assert V.token_labels([3, 17], byte_level=False) == ["3", "17"]
+    text, ids = DataConfig(task="text"), DataConfig(task="induction", vocab_size=32)
+    assert V.token_labels([ord("a"), 32, 10, 9, 0x80], text) == ["a", "␣", "⏎", "⇥", "\\x80"]
+    assert V.token_labels([3, 17], ids) == ["3", "17"]
+    # an encoder's special tokens by name: the last four ids of its vocabulary
+    assert V.token_labels([257, ord("a"), 258, 259, 256], DataConfig(task="mlm")) == [
+        "[CLS]", "a", "[SEP]", "[MASK]", "[PAD]"]
+    assert V.token_labels([28, 3, 29], DataConfig(task="first_repeat", vocab_size=32)) == [
+        "[PAD]", "3", "[CLS]"]
     w = np.zeros((60, 60))
     cut, labels, title = V.truncate(w, [str(i) for i in range(60)], "L0 H1", 48)
     assert cut.shape == (48, 48) and labels[-1] == "47"

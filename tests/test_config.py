@@ -493,7 +493,9 @@ NON_DEFAULT = {"model.attention.causal": (False, ["model.attention.window=4"]),
                "model.position.rope_scale": (2.0, []),
                "model.position.train_length": (16, []),
                "data.min_length": (4, []),
-               "data.pad_token": (3, [])}
+               "data.pad_token": (3, []),
+               "model.num_classes": (3, ["model.family=encoder", "data.task=mlm",
+                                         "model.vocab_size=260"])}
 for _name in "qkvo":
     NON_DEFAULT[f"model.attention.{_name}_init_scale"] = (0.5, [])
 

@@ -2,6 +2,7 @@
 
 import re
 
+import chex
 import numpy as np
 import pytest
 
@@ -20,12 +21,15 @@ def synthetic(task, length=32, **kw):
 
 @pytest.mark.parametrize("task", ON_DEVICE)
 def test_batches_are_a_function_of_seed_step_split(task):
-    ds = synthetic(task) if task != "text" else Dataset(DataConfig(task="text", length=32))
+    ds = (Dataset(DataConfig(task=task, length=32)) if task in ("text", "mlm")
+          else synthetic(task))
     a = ds.batch(0, 5, 4, 32, "train")
     b = ds.batch(0, 5, 4, 32, "train")
-    for key in ("inputs", "targets", "weights"):
-        np.testing.assert_array_equal(a[key], b[key])
-        assert a[key].shape == (4, 32)
+    chex.assert_trees_all_equal(a, b)
+    assert a["inputs"].shape == (4, 32)
+    per_example = TASKS.get(task).objective == "classification"     # one label per example
+    for key in ("targets", "weights"):
+        assert a[key].shape == ((4,) if per_example else (4, 32))
     assert not np.array_equal(a["inputs"], ds.batch(0, 6, 4, 32, "train")["inputs"])
     assert not np.array_equal(a["inputs"], ds.batch(1, 5, 4, 32, "train")["inputs"])
     assert not np.array_equal(a["inputs"], ds.batch(0, 5, 4, 32, "val")["inputs"])

@@ -288,11 +288,6 @@ def test_train_step_and_evaluation_score_the_real_tokens_only(corpus_file):
      r"^model\.attention\.key_padding_mask=False means nothing with data\.padding='none'"),
     ({"model.attention.causal": False, "model.attention.window": 4},
      r"^model\.attention\.causal=False means nothing with window=4"),
-    ({"data.padding": "left", "train.head_metrics": True},
-     r"^train\.head_metrics cannot be used with data\.padding='left': the attention "
-     r"statistics would count the pads' rows and keys$"),
-    ({"data.padding": "right", "train.entropy_reg": 0.1},
-     r"^train\.entropy_reg cannot be used with data\.padding='right'"),
 ])
 def test_refusals(overrides, message):
     with pytest.raises(ValueError, match=message) as info:

@@ -18,6 +18,7 @@ import pytest
 
 from attnjax.rundir import RunDir
 from attnjax.sweep import expand
+from attnjax.sweep.launch import run_sweep
 from attnjax.sweep.ray_launcher import connect
 from attnjax.train import train
 from helpers import deterministic, run_cli, subprocess_env
@@ -121,3 +122,20 @@ def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--address applies to --launcher ray, not vmap" in err
     assert not (tmp_path / "s").exists()
+
+
+def test_an_encoder_sweep_on_ray_trains_each_run_as_alone(tmp_path, ray_instance):
+    """Model families reach Ray workers like any config: an encoder's two seeds."""
+    from test_encoder_commands import ENCODER, EXPERIMENT
+    path = tmp_path / "encoder.py"
+    path.write_text(EXPERIMENT.replace("ENCODER", repr(ENCODER)))
+    short = ["train.steps=30", "train.eval_every=30", "train.checkpoint_every=30"]
+    record = run_sweep(path, tmp_path / "s", launcher="ray", overrides=short, progress=False,
+                       log=lambda *_: None, options={"address": ray_instance})
+    assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
+    run = expand(path, short)[1]
+    train(run.config, tmp_path / "alone", progress=False)
+    for a, b in zip(deterministic(RunDir(tmp_path / "s" / run.name).metrics()),
+                    deterministic(RunDir(tmp_path / "alone").metrics()), strict=True):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)

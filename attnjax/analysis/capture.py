@@ -15,29 +15,50 @@ import numpy as np
 
 from attnjax.config import Config
 from attnjax.data import load_dataset
+from attnjax.data.encoder import special_tokens
+from attnjax.models import family
 from attnjax.models.probe import capture, stream_cosines
+from attnjax.registry import TASKS
 
 
 def probe_examples(config: Config, *, text: str | None = None, batch_size: int = 4,
                    length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """A probe as a batch ``{"inputs", "targets", "weights"}`` ``[B, T]``: the bytes of
+    """A probe as a batch ``{"inputs", "targets", "weights", ...}`` ``[B, T]``: the bytes of
     ``text`` (``B = 1``, at most ``length`` tokens, default ``data.length``), each predicting
-    the next byte (the last one is not scored), or the first ``batch_size`` validation
-    examples of the run's data for ``seed`` (``T = length``)."""
+    the next byte (the last one is not scored), or for a masked-language model ``[CLS] text
+    [SEP]`` with nothing masked; or the first ``batch_size`` validation examples of the run's
+    data for ``seed`` (``T = length``), with whatever else its batches hold (a padded batch's
+    positions and token mask, segment ids: ``model_arguments``)."""
     length = length or config.data.length
     if text is not None:
-        if config.data.task != "text":
-            raise ValueError(f"--text needs a byte-level text model; this run's data.task is "
-                             f"{config.data.task!r} (use --batch)")
-        tokens = np.frombuffer(text.encode("utf-8"), np.uint8)[:length].astype(np.int32)
-        if tokens.size < 2:
-            raise ValueError("text must be at least 2 bytes long")
-        weights = np.ones(tokens.size, np.float32)
-        weights[-1] = 0.0
-        return {"inputs": tokens[None, :], "targets": np.append(tokens[1:], 0)[None, :],
-                "weights": weights[None, :]}
+        return _text_probe(config, text, length)
     batch = load_dataset(config.data).batch(seed, 0, batch_size, length, "val")
-    return {name: np.asarray(batch[name]) for name in ("inputs", "targets", "weights")}
+    return {name: np.asarray(value) for name, value in batch.items()}
+
+
+def _text_probe(config: Config, text: str, length: int) -> dict[str, np.ndarray]:
+    if config.data.task not in ("text", "mlm"):
+        raise ValueError(f"--text needs a byte-level text model; this run's data.task is "
+                         f"{config.data.task!r} (use --batch)")
+    tokens = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
+    if config.data.task == "mlm":
+        specials = special_tokens(TASKS.get("mlm").vocab(config.data))
+        tokens = np.concatenate([[specials.cls], tokens[:length - 2], [specials.sep]])
+        return {"inputs": tokens[None, :], "targets": tokens[None, :],
+                "weights": np.zeros((1, tokens.size), np.float32),
+                "segment_ids": np.zeros((1, tokens.size), np.int32)}
+    tokens = tokens[:length]
+    if tokens.size < 2:
+        raise ValueError("text must be at least 2 bytes long")
+    weights = np.ones(tokens.size, np.float32)
+    weights[-1] = 0.0
+    return {"inputs": tokens[None, :], "targets": np.append(tokens[1:], 0)[None, :],
+            "weights": weights[None, :]}
+
+
+def model_arguments(config: Config, probe: dict) -> dict:
+    """The model's keyword arguments of a probe (its family's ``arguments``)."""
+    return family(config.model).arguments(probe)
 
 
 def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
@@ -47,22 +68,24 @@ def probe_batch(config: Config, *, text: str | None = None, batch_size: int = 4,
                           seed=seed)["inputs"]
 
 
-def attention_weights(config: Config, params, tokens) -> np.ndarray:
+def attention_weights(config: Config, params, tokens, arguments=None) -> np.ndarray:
     """Attention probabilities of every layer, ``[layers, B, heads, T, T]`` (float32; row i is
-    query i's distribution over keys, zero above the diagonal)."""
-    return np.asarray(_compiled_weights(config.model)(params, jnp.asarray(tokens)), np.float32)
+    query i's distribution over keys, zero where it sees none, as above the diagonal of a
+    causal model); ``arguments``: ``model_arguments`` of a probe."""
+    return np.asarray(_compiled_weights(config.model)(params, jnp.asarray(tokens),
+                                                      arguments or {}), np.float32)
 
 
 @functools.lru_cache(maxsize=16)
 def _compiled_weights(model_config):
-    return jax.jit(lambda p, t: capture(model_config, p, t)[0])
+    return jax.jit(lambda p, t, a: capture(model_config, p, t, a)[0])
 
 
-def layer_cosines(config: Config, params, tokens) -> dict[str, np.ndarray]:
+def layer_cosines(config: Config, params, tokens, arguments=None) -> dict[str, np.ndarray]:
     """Per layer, the mean pairwise cosine across positions (``ops.stats.mean_pairwise_cosine``)
     of the attention sub-layer outputs (``attn_out``) and of the residual stream after the
     block (``residual``), name -> ``[layers]`` float64."""
-    out = _compiled_cosines(config.model)(params, jnp.asarray(tokens))
+    out = _compiled_cosines(config.model)(params, jnp.asarray(tokens), arguments or {})
     return {name: np.asarray(value, np.float64) for name, value in out.items()}
 
 

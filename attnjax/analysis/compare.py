@@ -6,7 +6,7 @@ PNGs and return a short text summary. The math, as pure functions:
 - parameters, for each path both runs have with one shape (``a`` from run A, the baseline):
   relative L2 ``||a - b||_2 / max(||a||_2, tiny)`` and cosine ``<a, b> / (||a|| ||b||)`` of the
   flattened tensors (1 for two zero tensors, NaN when exactly one is zero);
-- attention, on one probe batch (``capture.probe_batch`` of run A's config): for each query
+- attention, on one probe batch (``capture.probe_examples`` of run A's config): for each query
   row, the Jensen-Shannon divergence (``ops.stats.js_divergence``) of the two key
   distributions P (run A) and Q (run B), ``JS = KL(P||M)/2 + KL(Q||M)/2`` with
   ``M = (P + Q)/2``, natural log and ``0 log 0 = 0``, so ``0 <= JS <= ln 2`` (0 iff P = Q,
@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from attnjax.analysis import compare_plots as plots
-from attnjax.analysis.capture import attention_weights, probe_batch
+from attnjax.analysis.capture import attention_weights, model_arguments, probe_examples
 from attnjax.config import Config
 from attnjax.nn.transformer import VOCAB_PARAMS
 from attnjax.ops.stats import cosine, js_divergence
@@ -107,19 +107,24 @@ class Run:
     notes: list[str] = dataclasses.field(default_factory=list)
     _weights: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def weights(self, tokens: np.ndarray) -> np.ndarray:
-        key = tokens.tobytes() + str(tokens.shape).encode()
+    def weights(self, probe: dict) -> np.ndarray:
+        """The attention weights on a probe batch (``_probe``), computed once per probe."""
+        key = b"".join(probe[name].tobytes() + str(probe[name].shape).encode()
+                       for name in sorted(probe))
         if key not in self._weights:
-            self._weights[key] = attention_weights(self.config, self.params, tokens)
+            self._weights[key] = attention_weights(self.config, self.params, probe["inputs"],
+                                                   model_arguments(self.config, probe))
         return self._weights[key]
 
 
 @functools.lru_cache(maxsize=8)
-def _probe(config: Config) -> np.ndarray:
-    """The probe batch of run A's config (one per config: a sweep's baseline is probed once)."""
-    tokens = probe_batch(config, seed=config.seed)
-    tokens.flags.writeable = False
-    return tokens
+def _probe(config: Config) -> dict[str, np.ndarray]:
+    """The probe batch of run A's config (one per config: a sweep's baseline is probed once),
+    with what its family's model reads of it (a padded batch's mask, segment ids)."""
+    probe = probe_examples(config, seed=config.seed)
+    for value in probe.values():
+        value.flags.writeable = False
+    return probe
 
 
 def load_run(path: str | Path, label: str, which: str = "best") -> Run:
@@ -185,9 +190,10 @@ def comparison(a: Run, b: Run, out_dir: Path) -> dict:
                                                             a.label, b.label)
     result["attention_skip"] = _attention_skip(a, b, a.config.data.length)  # the probe's length
     if result["attention_skip"] is None:
-        tokens = _probe(a.config)
+        probe = _probe(a.config)
+        tokens = probe["inputs"]
         result["probe"] = tokens.shape
-        wa, wb = a.weights(tokens), b.weights(tokens)
+        wa, wb = a.weights(probe), b.weights(probe)
         result["attention"] = attention_divergence(wa, wb)
         result["attention_shapes"] = ((wa.shape[0], wa.shape[2]), (wb.shape[0], wb.shape[2]))
         if tokens.shape[1] > b.config.model.max_length:

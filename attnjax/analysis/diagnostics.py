@@ -47,10 +47,11 @@ def position_similarity(config: Config, params, offset: int) -> np.ndarray:
     return hook(model, params, offset)
 
 
-def head_statistics(config: Config, params, tokens) -> dict[str, np.ndarray]:
-    """Every statistic on ``tokens`` ``[B, T]``: name -> ``[layers, heads]`` float64
+def head_statistics(config: Config, params, tokens, arguments=None) -> dict[str, np.ndarray]:
+    """Every statistic on ``tokens`` ``[B, T]`` (with the model's ``arguments`` of their
+    batch: a padded batch's pads excluded): name -> ``[layers, heads]`` float64
     (``attnjax.models.probe.STATS``, then ``pos_sim@10``, ``pos_sim@100``)."""
-    arrays = _compiled_stats(config)(params, jnp.asarray(tokens))
+    arrays = _compiled_stats(config)(params, jnp.asarray(tokens), arguments or {})
     stats = {name: np.asarray(arrays[name], np.float64) for name in STATS}
     for offset in POSITION_OFFSETS:
         stats[f"pos_sim@{offset}"] = position_similarity(config, params, offset)

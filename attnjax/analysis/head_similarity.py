@@ -18,12 +18,17 @@ import numpy as np
 from attnjax.analysis.capture import attention_weights
 from attnjax.analysis.figures import subplots
 from attnjax.config import Config
+from attnjax.nn.slots import visible_keys
 from attnjax.ops.stats import head_divergence
 
 
-def head_js(config: Config, params, tokens, start: int = 1) -> np.ndarray:
-    """``D`` ``[layers, heads, heads]`` (see the module docstring) on ``tokens`` ``[B, T]``."""
-    return head_divergence(attention_weights(config, params, tokens), start)
+def head_js(config: Config, params, tokens, start: int = 1, arguments=None) -> np.ndarray:
+    """``D`` ``[layers, heads, heads]`` (see the module docstring) on ``tokens`` ``[B, T]``
+    (``arguments``: the model's of their batch; a padded batch's pads excluded)."""
+    arguments = arguments or {}
+    visible = visible_keys(config.model, np.shape(tokens)[1], arguments.get("token_mask"))
+    return head_divergence(attention_weights(config, params, tokens, arguments), start,
+                           None if visible is None else np.asarray(visible))
 
 
 def layer_summary(js) -> list[dict]:

@@ -80,7 +80,8 @@ def _compiled_sums(config: Config):
     model, objective = build(config.model), family(config.model)
 
     def sums(params, gates, batch):
-        logits, _ = model.apply({"params": params}, batch["inputs"], head_gates=gates)
+        logits, _ = model.apply({"params": params}, batch["inputs"], **objective.arguments(batch),
+                                head_gates=gates)
         return objective.sums(logits, batch)
 
     return jax.jit(sums)
@@ -126,14 +127,15 @@ def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None)
 def _compiled_gate_grads(config: Config):
     model, objective = build(config.model), family(config.model)
 
-    def example_loss(gates, params, inputs, targets, weights):
-        logits, _ = model.apply({"params": params}, inputs[None], head_gates=gates)
-        sums = objective.sums(logits, {"targets": targets[None], "weights": weights[None]})
+    def example_loss(gates, params, example):
+        example = jax.tree_util.tree_map(lambda x: x[None], example)      # a batch of one
+        logits, _ = model.apply({"params": params}, example["inputs"],
+                                **objective.arguments(example), head_gates=gates)
+        sums = objective.sums(logits, example)
         return sums["ce"] / jnp.where(sums["weight"] > 0, sums["weight"], 1.0)
 
     def gate_grads(params, gates, batch):
-        return jax.vmap(jax.grad(example_loss), in_axes=(None, None, 0, 0, 0))(
-            gates, params, batch["inputs"], batch["targets"], batch["weights"])
+        return jax.vmap(jax.grad(example_loss), in_axes=(None, None, 0))(gates, params, batch)
 
     return jax.jit(gate_grads)
 
@@ -243,7 +245,8 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     base = evaluate_gates(config, params, np.ones((L, N)), batches)
     delta = knockout_losses(config, params, batches)
     importance = head_importance(config, params, batches)
-    js = head_js(config, params, np.asarray(batches[0]["inputs"]))
+    probe = jax.device_get(batches[0])
+    js = head_js(config, params, probe["inputs"], arguments=family(config.model).arguments(probe))
     curves = [pruning_curve(config, params, batches, steps, order="importance"),
               pruning_curve(config, params, batches, steps, order="knockout", knockout=delta),
               pruning_curve(config, params, batches, steps, order="random", seed=config.seed)]

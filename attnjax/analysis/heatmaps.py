@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
-from attnjax.analysis.capture import attention_weights, layer_cosines, probe_examples
+from attnjax.analysis.capture import (attention_weights, layer_cosines, model_arguments,
+                                      probe_examples)
 from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
 from attnjax.analysis.occlusion import occlusion_agreement, plot_occlusion
 from attnjax.config import apply_overrides
+from attnjax.data.encoder import SPECIAL_TOKENS, special_tokens
+from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
 
 VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
@@ -33,9 +36,17 @@ def byte_label(byte: int) -> str:
     return char if 32 < byte < 127 else f"\\x{byte:02x}"
 
 
-def token_labels(tokens, byte_level: bool) -> list[str]:
-    """Axis labels for token ids: bytes made visible (``byte_label``) or the ids as text."""
-    return [byte_label(int(t)) if byte_level else str(int(t)) for t in np.asarray(tokens)]
+def token_labels(tokens, data) -> list[str]:
+    """Axis labels for token ids of ``data`` (a ``DataConfig``): bytes made visible
+    (``byte_label``) for byte-level text, else the ids as text; the special tokens of an
+    encoder's data by name (``[CLS]``, ``[SEP]``, ...)."""
+    byte_level = data.task in ("text", "mlm")
+    names = {}
+    if TASKS.get(data.task).objective != "next_token":
+        specials = special_tokens(TASKS.get(data.task).vocab(data))
+        names = dict(zip(specials, SPECIAL_TOKENS, strict=True))
+    return [names.get(int(t)) or (byte_label(int(t)) if byte_level else str(int(t)))
+            for t in np.asarray(tokens)]
 
 
 def truncate(weights, labels: list[str], title: str, max_tokens: int):
@@ -170,7 +181,7 @@ def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: in
     if shown.size:
         shown = shown[np.unique(np.linspace(0, shown.size - 1, min(4, shown.size)).round()
                                 .astype(int))]
-        labels = token_labels(probe["inputs"][0], byte_level=config.data.task == "text")
+        labels = token_labels(probe["inputs"][0], config.data)
         plot_occlusion(result, 0, shown, labels, out / "occlusion.png",
                        f"{name}: last-layer attention (head mean) vs occlusion importance "
                        f"({draws} random replacements per key), example 0")
@@ -210,9 +221,9 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
     if length is not None:
         config.model.check_lengths((length,))       # e.g. a learned table has max_length rows
     probe = probe_examples(config, text=text, batch_size=batch or 4, length=length)
-    tokens = probe["inputs"]
-    weights = attention_weights(config, params, tokens)[:, 0]          # [layers, heads, T, T]
-    labels = token_labels(tokens[0], byte_level=config.data.task == "text")
+    tokens, arguments = probe["inputs"], model_arguments(config, probe)
+    weights = attention_weights(config, params, tokens, arguments)[:, 0]   # [layers, heads, T, T]
+    labels = token_labels(tokens[0], config.data)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = f"{Path(run_dir).name} step {step}"
@@ -221,8 +232,9 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
             plot_attention(weights[layer, head], labels, f"{name}: L{layer} H{head}",
                            out / f"L{layer}H{head}.png", max_tokens=max_tokens)
     plot_head_grid(weights, out / "grid.png", f"{name}: attention, example 0")
-    stats = head_statistics(config, params, tokens)
-    layers = format_layer_table(layer_cosines(config, params, tokens), stats["norm_entropy"])
+    stats = head_statistics(config, params, tokens, arguments)
+    layers = format_layer_table(layer_cosines(config, params, tokens, arguments),
+                                stats["norm_entropy"])
     table = format_head_table(stats)
     source = "text probe" if text is not None else f"{tokens.shape[0]} validation examples"
     (out / "head_stats.md").write_text(f"# Per-head statistics: {name}, {source}, "

@@ -1,6 +1,7 @@
 """Training throughput (``attnjax bench train``): tokens/s of the compiled training loop and
 model-FLOPs utilisation against a matmul peak measured in the same run, at 1 and 10 steps per
-dispatch, and at 10 the framework tax against the plain Flax peer (``attnjax.bench.peer``)."""
+dispatch, and at 10 the framework tax of the decoder against the plain Flax peer
+(``attnjax.bench.peer``); the encoder family's masked-language-model training at (b)'s size."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from attnjax.config import Config, apply_overrides
 def train_settings() -> dict:
     """The settings of the training benchmark: (a) width 256, 4 layers, 8 heads, sequence 256,
     batch 16; (b) the nanoGPT CPU setting (REFERENCES.md); (c) (b)'s model at sequence 1024,
-    batch 4. Learned absolute positions, as the plain Flax peer has (``attnjax.bench.peer``),
-    and the ``triangular`` kernel, attnjax's fastest exact one for causal training (the
-    default ``reference`` kernel computes the masked half of the scores as the peer does)."""
+    batch 4; (d) (b)'s size as a BERT-style encoder on masked-language modelling (sentence
+    pairs, segment and embedding norm, the ``reference`` kernel: bidirectional attention has
+    no masked half to skip). Learned absolute positions, as the plain Flax peer has
+    (``attnjax.bench.peer``), and for the decoders the ``triangular`` kernel, attnjax's
+    fastest exact one for causal training (the default ``reference`` kernel computes the
+    masked half of the scores as the peer does)."""
     common = {"data.task": "text", "model.vocab_size": 256, "model.num_layers": 4,
               "model.position.kind": "learned", "model.attention.kernel": "triangular"}
     a = {**common, "model.d_model": 256, "model.attention.num_heads": 8, "model.max_length": 256,
@@ -26,10 +30,14 @@ def train_settings() -> dict:
     b = {**common, "model.d_model": 128, "model.attention.num_heads": 4, "model.max_length": 64,
          "data.length": 64, "train.batch_size": 12}
     c = {**b, "model.max_length": 1024, "data.length": 1024, "train.batch_size": 4}
+    d = {**b, "model.family": "encoder", "data.task": "mlm", "model.vocab_size": 260,
+         "data.segments": "pair", "model.type_vocab_size": 2, "model.embed_norm": True,
+         "model.attention.kernel": "reference"}
     return {name: apply_overrides(Config(), {**o, "train.log_every": 10, "train.eval_every": 10,
                                              "train.checkpoint_every": 10})
             for name, o in (("a: d256 L4 H8 T256 B16", a), ("b: nanoGPT d128 L4 H4 T64 B12", b),
-                            ("c: d128 L4 H4 T1024 B4", c))}
+                            ("c: d128 L4 H4 T1024 B4", c),
+                            ("d: encoder MLM d128 L4 H4 T64 B12", d))}
 
 
 def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
@@ -43,7 +51,8 @@ def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
         per_token = model_flops_per_token(config)
         for per_dispatch in (1, 10):
             cfg = apply_overrides(config, {"train.steps_per_dispatch": per_dispatch})
-            peer = peer_comparison(cfg, steps) if per_dispatch > 1 else None
+            has_peer = per_dispatch > 1 and cfg.model.family == "decoder"
+            peer = peer_comparison(cfg, steps) if has_peer else None
             result = peer or train_throughput(cfg, steps)
             peak = max(peak, matmul_peak_flops())  # a noisy machine: keep the best seen
             mfu = result["tokens_per_s"] * per_token / peak

@@ -4,7 +4,35 @@ with a float64 NumPy oracle (``attnjax.parity``)."""
 from __future__ import annotations
 
 from attnjax.cli.arguments import add_command
-from attnjax.registry import KERNELS, POSITIONS
+from attnjax.registry import KERNELS, MODELS, POSITIONS
+
+
+def family_support() -> list[tuple[str, str]]:
+    """Per family: its attention, whether it decodes, and the kernels and position encodings
+    its config accepts (a kernel also on padded batches or not)."""
+    from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
+    from attnjax.config.kernel import kernel_request
+    from attnjax.models import family
+
+    def accepts(name: str, padded: bool = False, **parts) -> bool:
+        try:
+            kernel_request(ModelConfig(family=name, **parts), padded=padded)
+        except ValueError:
+            return False
+        return True
+
+    rows = []
+    for name in MODELS.names():
+        base = ModelConfig(family=name)
+        kernels = [k + ("" if accepts(name, True, attention=AttentionConfig(kernel=k))
+                        else " (unpadded only)")
+                   for k in KERNELS.names() if accepts(name, attention=AttentionConfig(kernel=k))]
+        positions = [p for p in POSITIONS.names()
+                     if accepts(name, position=PositionConfig(kind=p))]
+        rows.append((name, f"{'causal' if base.causal else 'bidirectional'}, "
+                     f"{'decodes' if family(base).decodes else 'does not decode'}; kernels: "
+                     f"{', '.join(kernels)}; positions: {', '.join(positions)}"))
+    return rows
 
 
 def _info(args) -> int:
@@ -23,6 +51,9 @@ def _info(args) -> int:
     for name, entry in POSITIONS.items():
         acts = [hook for hook in ("embed", "rotate", "bias") if getattr(entry, hook)] or ["-"]
         print(f"  {name:<11} acts at: {', '.join(acts)}")
+    print("\nModel families (model.family):")
+    for name, line in family_support():
+        print(f"  {name:<11} {line}")
     print("\nParity vs a float64 NumPy oracle (outputs and d/dq,k,v; max abs / max rel):")
     header = (f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} "
               f"{'grad abs':>9} {'grad rel':>9}")

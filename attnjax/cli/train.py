@@ -65,7 +65,8 @@ def _eval(args) -> int:
     if args.overrides:
         config = apply_overrides(config, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
-    strided = strided_options(config.data.length, args.window, args.stride, args.score_last)
+    strided = strided_options(config.data.length, args.window, args.stride, args.score_last,
+                              causal=config.model.causal)
     windows = dict(zip(("window", "stride", "score_last"), strided or ()))
     footprint.check_evaluation(config, lengths, windows.get("window"),   # before params load
                                "--lengths" if args.lengths else "data.length/eval_lengths")

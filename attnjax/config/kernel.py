@@ -13,13 +13,11 @@ from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, SCALES, SINKS
 DECODE_OPTIONS = frozenset({"positions", "padding", "cross_attention"})
 
 
-def score_arguments(att) -> dict:
+def score_arguments(model) -> dict:
     """The static mask and score-shaping arguments of ``dot_product_attention`` a
-    ``model.attention`` config asks for (causal unless ``causal=False``; window;
-    soft-capping)."""
-    return dict(is_causal=att.causal,
-                local_window_size=None if att.window is None else (att.window - 1, 0),
-                logit_soft_cap=att.logit_soft_cap)
+    ``ModelConfig`` asks for (causal as ``model.causal`` says; window; soft-capping)."""
+    return dict(is_causal=model.causal, local_window_size=model.window,
+                logit_soft_cap=model.attention.logit_soft_cap)
 
 
 def kernel_request(model, *, decode: bool = False, return_weights: bool = False,
@@ -30,9 +28,9 @@ def kernel_request(model, *, decode: bool = False, return_weights: bool = False,
     same function), on padded batches or not (``padded``: per-example positions and, with
     ``key_padding_mask``, segment ids). Raises a one-line ValueError naming
     ``model.attention.kernel`` when the kernel cannot honour them, or the field that cannot
-    decode (``model.attention.causal``, the position encoding)."""
+    decode (a bidirectional model, the position encoding)."""
     att = model.attention
-    scores = score_arguments(att)
+    scores = score_arguments(model)
     asks = set(requested_options(
         bias=True if POSITIONS.get(model.position.kind).bias is not None else None,
         window=scores["local_window_size"], logit_soft_cap=scores["logit_soft_cap"],
@@ -41,9 +39,11 @@ def kernel_request(model, *, decode: bool = False, return_weights: bool = False,
         positions=padded, segment=padded and att.key_padding_mask))
     asks |= SCALES.get(att.scale).asks | SINKS.get(att.sink).asks
     if decode:
-        if not att.causal:
-            raise ValueError("decoding with the KV cache: model.attention.causal=False cannot "
-                             "decode (a later token would change the earlier outputs)")
+        if not model.causal:
+            field = (f"family={model.family!r} (bidirectional)" if model.attention.causal
+                     else "attention.causal=False")
+            raise ValueError(f"decoding with the KV cache: model.{field} cannot decode (a later "
+                             "token would change the earlier outputs)")
         asks |= DECODE_OPTIONS
         position = POSITIONS.get(model.position.kind)
         if position.decode_check is not None:

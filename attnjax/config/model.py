@@ -142,11 +142,19 @@ class ModelConfig(Validated):
     embed_init_std: float = number(0.02, gt=0)      # token embeddings ~ N(0, std^2)
     embed_scale: float | None = number(None, gt=0)  # tokens x this; None: the encoding's default
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
+    # the encoder family's (attnjax.models.encoder): segment (token-type) embeddings, 0 = none;
+    # a LayerNorm on the summed embeddings; the output: the masked-language-model head
+    # (none) or a classifier of num_classes on [CLS] (cls) or the mean of the real tokens
+    type_vocab_size: int = number(0, ge=0, le=INT32)
+    embed_norm: bool = False
+    classifier: Literal["none", "cls", "mean"] = "none"
+    num_classes: int = number(2, ge=2, le=INT32, read_when=when("classifier", "cls", "mean"))
     attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)
 
     def _validate(self):
         att = self.attention
+        MODELS.get(self.family).check(self)
         if att.head_dim is None and self.d_model % att.num_heads:
             self._fail("d_model", f"={self.d_model} is not divisible by "
                        f"attention.num_heads={att.num_heads} (or set attention.head_dim)")
@@ -168,6 +176,19 @@ class ModelConfig(Validated):
         position = POSITIONS.get(self.position.kind)
         if position.check is not None:
             position.check(self, tuple(lengths))
+
+    @property
+    def causal(self) -> bool:
+        """Whether self-attention is causal: the family's choice (``Family.causal``), and for a
+        causal family ``attention.causal`` (False: the ablation without the causal mask)."""
+        return MODELS.get(self.family).causal and self.attention.causal
+
+    @property
+    def window(self) -> tuple[int, int | None] | None:
+        """``attention.window`` as the keys ``(left, right)`` of its query each query sees:
+        its last ``window`` keys under a causal mask, ``window - 1`` on each side without."""
+        w = self.attention.window
+        return None if w is None else (w - 1, 0 if self.causal else w - 1)
 
     @property
     def head_dim(self) -> int:

@@ -37,6 +37,12 @@ class DataConfig(Validated):
     # padded: real lengths in [this, length]; the pad id (None: random tokens)
     min_length: int = number(1, ge=1, le=LENGTH, read_when=when("padding", *PADDED))
     pad_token: int | None = number(0, ge=0, lt=INT32, read_when=when("padding", *PADDED))
+    # the encoder's masked-language-model text (attnjax.data.encoder): one segment or a pair
+    # per example; the share of tokens chosen, and of those replaced by [MASK] / a random token
+    segments: Literal["single", "pair"] = "single"
+    mlm_rate: float = number(0.15, gt=0, le=1)
+    mlm_mask_share: float = number(0.8, ge=0, le=1)
+    mlm_random_share: float = number(0.1, ge=0, le=1)
 
     def _validate(self):
         TASKS.get(self.task).check(self)
@@ -107,17 +113,20 @@ class Config(Validated):
     seed: int = number(0, ge=0, le=INT32, argument=0)
 
     def _validate(self):
-        if self.model.vocab_size < self.data.vocab_size:
+        task = TASKS.get(self.data.task)
+        objective = MODELS.get(self.model.family).objective(self.model)
+        if task.objective != objective:
+            tasks = [name for name, t in TASKS.items() if t.objective == objective]
+            self._fail("data.task", f"={self.data.task!r} trains {task.objective}, not the "
+                       f"{objective} of this model.family={self.model.family!r}; tasks: "
+                       f"{', '.join(tasks)}")
+        if self.model.vocab_size < task.vocab(self.data):
             self._fail("model.vocab_size", f"={self.model.vocab_size} is smaller than the "
-                       f"data's vocabulary ({self.data.vocab_size})")
+                       f"data's vocabulary ({task.vocab(self.data)})")
         if self.data.length > self.model.max_length:
             self._fail("data.length", f"={self.data.length} exceeds model.max_length="
                        f"{self.model.max_length}")
         self.model.check_lengths(self.data.lengths)
-        tasks = MODELS.get(self.model.family).tasks
-        if tasks is not None and self.data.task not in tasks:
-            self._fail("data.task", f"={self.data.task!r} is not a task of model.family="
-                       f"{self.model.family!r}; choices: {', '.join(tasks)}")
         for name in ("bos_token", "pad_token"):
             token = getattr(self.data, name)
             if token is not None and token >= self.model.vocab_size:
@@ -152,10 +161,6 @@ class Config(Validated):
         readers = ["head_metrics"] * self.train.head_metrics + [
             reg.coefficient for reg in self.train.regularizers().values()]
         for name in readers:
-            if padded:      # the attention statistics average over every row and key
-                self._fail(f"train.{name}", f"cannot be used with data.padding="
-                           f"{self.data.padding!r}: the attention statistics would count the "
-                           "pads' rows and keys")
             try:
                 kernel_request(self.model, return_weights=True, padded=padded)
             except ValueError as error:

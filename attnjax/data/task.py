@@ -20,6 +20,10 @@ class Task(NamedTuple):
     source: Callable        # DataConfig -> source
     reads: tuple[str, ...] = ()
     check: Callable = lambda config: None   # DataConfig -> None, or ValueError naming a field
+    # what its batches train: next_token (a decoder), mlm or classification (an encoder); a
+    # model family trains the tasks of its objective (``attnjax.models.Family.objective``)
+    objective: str = "next_token"
+    vocab: Callable = lambda config: config.vocab_size   # DataConfig -> its vocabulary size
 
 
 class SyntheticSource:
@@ -34,10 +38,10 @@ class SyntheticSource:
 
 
 def register_synthetic(name: str, fn: Callable, *, reads: tuple[str, ...] = (),
-                       check: Callable = lambda config: None):
+                       check: Callable = lambda config: None, objective: str = "next_token"):
     """Register ``fn(key, batch_size, length, vocab_size, **{field: config.field for field in
     reads})`` as the task ``name``."""
     def source(config):
         extra = {field: getattr(config, field) for field in reads}
         return SyntheticSource(functools.partial(fn, **extra) if extra else fn, config.vocab_size)
-    TASKS.register(name, Task(source, ("vocab_size",) + reads, check))
+    TASKS.register(name, Task(source, ("vocab_size",) + reads, check, objective))

@@ -80,12 +80,16 @@ class ByteCorpus:
         check_splits(len(self.tokens), lengths, val_fraction, path)
         self._device = jnp.asarray(self.tokens)
 
-    def sample(self, key, batch_size: int, length: int, split: str) -> dict:
+    def windows(self, key, batch_size: int, length: int, size: int, split: str) -> jax.Array:
+        """``[B, size]`` corpus windows of ``split`` at offsets drawn from ``key`` for examples
+        of ``length`` tokens."""
         check_splits(len(self.tokens), [length], self.val_fraction, self.path, [split])
         start, end = split_bounds(len(self.tokens), split, self.val_fraction)
         offsets = jax.random.randint(key, (batch_size,), start, end - length)
-        size = self.framing.window(length)
-        windows = jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (size,)))(offsets)
+        return jax.vmap(lambda o: jax.lax.dynamic_slice(self._device, (o,), (size,)))(offsets)
+
+    def sample(self, key, batch_size: int, length: int, split: str) -> dict:
+        windows = self.windows(key, batch_size, length, self.framing.window(length), split)
         return self.framing.device(key, windows, self.vocab_size)
 
 

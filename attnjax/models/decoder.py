@@ -8,28 +8,14 @@ Unsupervised Multitask Learners" (GPT-2, pre-norm decoder).
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
 from attnjax.data.padding import model_arguments
-from attnjax.models.family import Family
+from attnjax.models.family import Family, scored_sums
 from attnjax.nn.attention import Dropout
-from attnjax.nn.slots import make_norm
-from attnjax.nn.transformer import (VOCAB_PARAMS, Block, added_positions, knockout_gates,
-                                    token_scale)
-from attnjax.registry import MODELS, POSITIONS
-
-
-def next_token_sums(logits: jax.Array, batch: dict) -> dict:
-    """Weighted sums over a batch of next-token predictions (``targets`` the inputs shifted by
-    one, ``weights`` 0 where not scored): cross-entropy, ``log^2 Z``, correct predictions,
-    weight."""
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
-    w = batch["weights"]
-    return {"ce": ((logz - target_logit) * w).sum(), "z": (logz**2 * w).sum(),
-            "correct": ((jnp.argmax(logits, -1) == batch["targets"]) * w).sum(), "weight": w.sum()}
+from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
+from attnjax.registry import MODELS
 
 
 class DecoderLM(nn.Module):
@@ -59,7 +45,6 @@ class DecoderLM(nn.Module):
                  decode: bool = False, return_weights: bool = False, head_gates=None,
                  token_mask=None):
         cfg = self.config
-        dtype = jnp.dtype(cfg.dtype)
         head_gates = knockout_gates(cfg, head_gates)
         if token_mask is not None and decode:
             raise ValueError("token_mask (a padded batch) cannot be decoded with the KV cache")
@@ -72,30 +57,15 @@ class DecoderLM(nn.Module):
                     offset = counter.value
                     counter.value = offset + tokens.shape[1]
             positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
-        embed = nn.Embed(cfg.vocab_size, cfg.d_model,
-                         embedding_init=nn.initializers.normal(cfg.embed_init_std),
-                         name=VOCAB_PARAMS[0])
-        position = POSITIONS.get(cfg.position.kind)
-        x = embed(tokens).astype(dtype) * token_scale(cfg)
-        if position.embed is not None:
-            x = x + added_positions(self, position.embed(self, positions, cfg).astype(dtype), cfg)
+        x, embed = embed_tokens(self, cfg, tokens, positions)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
-        weights = []
-        for i in range(cfg.num_layers):
-            x, w = Block(cfg, name=f"block_{i}")(
-                x, positions, deterministic=deterministic, decode=decode,
-                return_weights=return_weights,
-                head_gates=None if head_gates is None else head_gates[i], token_mask=token_mask)
-            weights.append(w)
-        if cfg.norm_position == "pre":
-            x = make_norm(cfg, "final_norm")(x)
-        if cfg.tie_embeddings:
-            logits = embed.attend(x)
-        else:
-            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=dtype, name=VOCAB_PARAMS[1])(x)
-        aux = {"attn_weights": tuple(weights)} if return_weights else {}
+        x, weights = stack_blocks(cfg, x, positions, head_gates=head_gates,
+                                  deterministic=deterministic, decode=decode,
+                                  return_weights=return_weights, token_mask=token_mask)
+        logits = output_logits(cfg, embed, x)
+        aux = {"attn_weights": weights} if return_weights else {}
         return logits.astype(jnp.float32), aux
 
 
 MODELS.register("decoder", Family(module=DecoderLM, arguments=model_arguments,
-                                  sums=next_token_sums, decodes=True))
+                                  sums=scored_sums, decodes=True))

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
+import jax
+import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
 from attnjax.registry import MODELS
@@ -29,15 +31,38 @@ class Family(NamedTuple):
       the family's objective over a batch (cross-entropy, ``log^2 Z``, correct predictions,
       weight); training divides them by the global weight;
     - ``decodes``: whether ``generate`` can run it token by token with a cache;
-    - ``tasks``: the data tasks it trains on (``None``: every task);
-    - ``reads``: the ``model`` fields only this family reads (refused for the others).
+    - ``objective``: ``ModelConfig -> str``, what the model trains (``next_token``, ``mlm``,
+      ``classification``): it trains the data tasks of that objective
+      (``attnjax.data.task.Task.objective``);
+    - ``reads``: the ``model`` fields only this family reads (refused for the others);
+    - ``causal``: whether its self-attention is causal (``ModelConfig.causal``: then also as
+      ``attention.causal`` says) or bidirectional;
+    - ``marked``: ``DataConfig -> {name: token id}``, the special tokens whose attention the
+      training diagnostics log per layer (``attn_<name>/L{l}``);
+    - ``check``: ``ModelConfig -> None``, or a one-line ValueError naming a field the family
+      cannot honour.
     """
     module: Callable[[ModelConfig], nn.Module]
     arguments: Callable[[dict], dict]
     sums: Callable
     decodes: bool
-    tasks: tuple[str, ...] | None = None
+    objective: Callable[[ModelConfig], str] = lambda config: "next_token"
     reads: tuple[str, ...] = ()
+    causal: bool = True
+    check: Callable[[ModelConfig], None] = lambda config: None
+    marked: Callable[[object], dict] = lambda data: {}
+
+
+def scored_sums(logits: jax.Array, batch: dict) -> dict:
+    """Weighted sums over a batch's scored predictions, ``logits`` ``[..., V]`` against
+    ``targets`` ``[...]`` with ``weights`` ``[...]`` (0 where not scored): cross-entropy,
+    ``log^2 Z``, correct predictions, weight. The next tokens of a decoder, the masked tokens
+    of an encoder, or one label per example."""
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+    w = batch["weights"]
+    return {"ce": ((logz - target_logit) * w).sum(), "z": (logz**2 * w).sum(),
+            "correct": ((jnp.argmax(logits, -1) == batch["targets"]) * w).sum(), "weight": w.sum()}
 
 
 def family(config: ModelConfig) -> Family:

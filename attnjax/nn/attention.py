@@ -30,10 +30,10 @@ import numpy as np
 from attnjax.config import ModelConfig
 from attnjax.config.kernel import kernel_request, score_arguments
 from attnjax.nn.slots import (head_init, kernel_settings, padding_arguments, probability_dropout,
-                              projection_init)
+                              projection_init, visible_keys)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
-from attnjax.ops.stats import causal_max_logit
+from attnjax.ops.stats import masked_max_logit
 from attnjax.registry import DROPOUTS, POSITIONS, QK_NORMS, SCALES, SINKS
 
 
@@ -54,7 +54,7 @@ class Dropout(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Causal multi-head self-attention of a decoder.
+    """Multi-head self-attention, causal or bidirectional as ``ModelConfig.causal`` says.
 
     Call with ``x`` ``[B, T, d_model]`` and ``positions`` ``[B|1, T]``. With ``decode=True`` the
     keys and values are appended to a cache of ``max_length`` entries (collection ``cache``)
@@ -62,10 +62,10 @@ class MultiHeadAttention(nn.Module):
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
     which computes the same function. When applied with ``mutable=["intermediates"]`` it also
-    sows ``max_logit`` ``[N]`` (``ops.stats.causal_max_logit``) for diagnostics, and with
-    ``return_weights`` as well the queries and keys that meet in the scores (after qk-norm and
-    the ``rotate`` hook) as ``queries`` ``[B, T, N, H]`` and ``keys`` ``[B, T, K, H]``, and
-    the logit scale of every head as ``scale`` ``[N]``.
+    sows ``max_logit`` ``[N]`` (``ops.stats.masked_max_logit`` over the visible pairs) for
+    diagnostics, and with ``return_weights`` as well the queries and keys that meet in the
+    scores (after qk-norm and the ``rotate`` hook) as ``queries`` ``[B, T, N, H]`` and
+    ``keys`` ``[B, T, K, H]``, and the logit scale of every head as ``scale`` ``[N]``.
 
     Decoding appends to a cache of ``max_length`` entries: a call with more tokens than that is
     refused, and a step that would write past the end returns NaN (a cache cannot hold it;
@@ -103,9 +103,10 @@ class MultiHeadAttention(nn.Module):
         bias = position.bias(self, cfg) if position.bias is not None else None
         scale = SCALES.get(att.scale).scale(self, att, cfg.head_dim)
         if self.is_mutable_collection("intermediates") and not decode:
-            self._sow_diagnostics(q, k, scale, return_weights)
+            self._sow_diagnostics(q, k, scale, return_weights,
+                                  visible_keys(cfg, q.shape[1], token_mask))
         result = dot_product_attention(
-            q, k, v, bias, scale=scale, **score_arguments(att),
+            q, k, v, bias, scale=scale, **score_arguments(cfg),
             sink=SINKS.get(att.sink).logit(self, att),
             **probability_dropout(self, att, deterministic), return_weights=return_weights,
             implementation=kernel, **kernel_settings(att, kernel), **extra)
@@ -166,10 +167,11 @@ class MultiHeadAttention(nn.Module):
         w = frozen_projection("/".join(self.scope.path), concat.shape[-1], cfg.d_model)
         return jnp.dot(concat, jnp.asarray(w, concat.dtype))
 
-    def _sow_diagnostics(self, q, k, scale, with_qk: bool):
-        """What diagnostics read: the largest causal logit per head, and with ``with_qk`` the
-        queries and keys that meet in the scores and the scale of every head."""
-        self.sow("intermediates", "max_logit", causal_max_logit(q, k, scale))
+    def _sow_diagnostics(self, q, k, scale, with_qk: bool, visible):
+        """What diagnostics read: the largest logit per head over the pairs that meet
+        (``visible``, ``nn.slots.visible_keys``), and with ``with_qk`` the queries and keys
+        that meet in the scores and the scale of every head."""
+        self.sow("intermediates", "max_logit", masked_max_logit(q, k, scale, visible))
         if with_qk:
             self.sow("intermediates", "queries", q)
             self.sow("intermediates", "keys", k)

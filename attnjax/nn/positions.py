@@ -166,7 +166,7 @@ def _t5_bias(module: nn.Module, config: ModelConfig):
     pos = config.position
     table = module.param("relative_bias", nn.initializers.normal(0.02),
                          (pos.t5_num_buckets, config.attention.num_heads))
-    return lambda q_pos, k_pos: P.t5_bias(table, q_pos, k_pos, bidirectional=False,
+    return lambda q_pos, k_pos: P.t5_bias(table, q_pos, k_pos, bidirectional=not config.causal,
                                           num_buckets=pos.t5_num_buckets,
                                           max_distance=pos.t5_max_distance)
 
@@ -175,7 +175,7 @@ def _t5_similarity(config: ModelConfig, params, offset: int):
     """``exp(b_h(-p) - b_h(0))`` from each layer's bucket table, per head."""
     pos = config.position
     buckets = np.asarray(P.t5_relative_position_bucket(
-        jnp.asarray([-offset, 0]), bidirectional=False, num_buckets=pos.t5_num_buckets,
+        jnp.asarray([-offset, 0]), bidirectional=not config.causal, num_buckets=pos.t5_num_buckets,
         max_distance=pos.t5_max_distance))
     tables = [np.asarray(params[f"block_{i}"]["attention"]["relative_bias"], np.float64)
               for i in range(config.num_layers)]

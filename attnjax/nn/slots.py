@@ -26,6 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnjax.ops.masks import visibility
 from attnjax.registry import DROPOUTS, INITS, KERNELS, QK_NORMS, SCALES, SINKS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
@@ -173,6 +174,18 @@ def padding_arguments(att, positions: jax.Array, token_mask: jax.Array) -> dict:
     if att.key_padding_mask:
         arguments["segment_ids"] = token_mask.astype(jnp.int32)
     return arguments
+
+
+def visible_keys(config, T: int, token_mask: jax.Array | None = None) -> jax.Array | None:
+    """The keys each query of a length-``T`` self-attention pass of ``config`` may see, as the
+    ``visible`` argument of the statistics and regularisers (``ops.masks.visibility``: causal
+    or bidirectional, the window, a padded batch's ``token_mask`` under ``key_padding_mask``),
+    or None for the plain causal mask those assume by default (the same numbers bit for
+    bit)."""
+    padded = token_mask is not None and config.attention.key_padding_mask
+    if config.causal and config.window is None and not padded:
+        return None
+    return visibility(T, T, config.causal, token_mask if padded else None, config.window)
 
 
 def kernel_settings(att, kernel: str) -> dict:

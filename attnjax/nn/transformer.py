@@ -11,6 +11,7 @@ Units" (GELU and its tanh approximation); Shazeer 2020, "GLU Variants Improve Tr
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -130,3 +131,43 @@ class Block(nn.Module):
         self.sow("intermediates", "attn_out", y)       # the attention sub-layer, before the add
         self.sow("intermediates", "residual", x)       # the residual stream after the block
         return x, weights
+
+
+def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions):
+    """``(x, embed)``: the token embeddings times ``token_scale`` plus the absolute position
+    encoding's ``added_positions`` (for the encodings that add one), ``[B, T, d_model]``, and
+    the embedding module (a tied output layer reads it). Called inside ``module``'s compact
+    ``__call__``, whose parameters they become."""
+    dtype = jnp.dtype(config.dtype)
+    embed = nn.Embed(config.vocab_size, config.d_model,
+                     embedding_init=nn.initializers.normal(config.embed_init_std),
+                     name=VOCAB_PARAMS[0])
+    position = POSITIONS.get(config.position.kind)
+    x = embed(tokens).astype(dtype) * token_scale(config)
+    if position.embed is not None:
+        x = x + added_positions(module, position.embed(module, positions, config).astype(dtype),
+                                config)
+    return x, embed
+
+
+def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, **kwargs):
+    """``(x, weights)``: ``num_layers`` blocks (``block_i``, ``head_gates[i]`` each) and, pre-norm,
+    the final norm; ``weights`` one entry per layer (``None`` without ``return_weights``).
+    ``kwargs``: the blocks' ``deterministic``, ``decode``, ``return_weights``, ``token_mask``."""
+    weights = []
+    for i in range(config.num_layers):
+        x, w = Block(config, name=f"block_{i}")(
+            x, positions, head_gates=None if head_gates is None else head_gates[i], **kwargs)
+        weights.append(w)
+    if config.norm_position == "pre":
+        x = make_norm(config, "final_norm")(x)
+    return x, tuple(weights)
+
+
+def output_logits(config: ModelConfig, embed: nn.Embed, x) -> jax.Array:
+    """``x @ embed^T`` (``tie_embeddings``) or through an ``unembed`` of its own (no bias),
+    ``[..., vocab_size]``."""
+    if config.tie_embeddings:
+        return embed.attend(x)
+    return nn.Dense(config.vocab_size, use_bias=False, dtype=jnp.dtype(config.dtype),
+                    name=VOCAB_PARAMS[1])(x)

@@ -363,6 +363,15 @@ def induction_score(w, tokens, visible=None) -> jax.Array:
     return (mass * rows).sum(axis=(1, 3)) / rows.sum(axis=(1, 3))
 
 
+def attention_to(w, keys, visible=None) -> jax.Array:
+    """Mean over counted rows of ``sum_j p_ij`` over the keys ``j`` where ``keys`` (bool
+    ``[B, S]``) holds: the attention mass on those keys (e.g. [CLS] and [SEP]), ``[layers,
+    heads]``."""
+    w, shown = _weights(w, visible)
+    mass = (w * jnp.asarray(keys, bool)[None, :, None, None, :]).sum(-1)       # [L, B, N, T]
+    return _mean_rows(mass, counted_rows(shown))
+
+
 def weight_statistics(w, visible=None) -> dict[str, jax.Array]:
     """The statistics of ``w`` (under ``visible``) alone, keyed by the names in
     ``WEIGHT_STATS``."""

@@ -51,7 +51,8 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None, *,
     disjoint segments), each window after the first scoring its last ``score_last`` targets
     (default: the stride); the same targets as the ordinary evaluation. Combinations that
     would leave a target unscored or score one twice are refused before anything compiles."""
-    strided = strided_options(config.data.length, window, stride, score_last)
+    strided = strided_options(config.data.length, window, stride, score_last,
+                              causal=config.model.causal)
     if strided is not None:
         for length in lengths or config.data.lengths:
             windows(length, *strided)
@@ -162,7 +163,8 @@ def _diagnose(configs: list[Config], params, dataset: Dataset, step: int, group)
     config = configs[0]
     batch = _per_run_batches(configs, dataset, step, config.train.batch_size, config.data.length,
                              "train", group)
-    batch = jax.tree_util.tree_map(lambda x: x[..., :DIAGNOSTIC_EXAMPLES, :], batch)
+    first = (slice(None),) * bool(group) + (slice(0, DIAGNOSTIC_EXAMPLES),)   # the batch axis
+    batch = jax.tree_util.tree_map(lambda x: x[first], batch)
     fn = _compiled_diagnostics(hyper.structure(config), group)
     out = jax.device_get(fn(hyper.as_arrays(configs, stacked=bool(group)), params, batch))
     return [{k: float(np.atleast_1d(v)[r]) for k, v in out.items()} for r in range(len(configs))]

@@ -26,7 +26,8 @@ import optax
 
 from attnjax.config import Config
 from attnjax.models import build, family
-from attnjax.models.probe import head_stat_arrays
+from attnjax.models.probe import head_stat_arrays, special_attention
+from attnjax.nn.slots import visible_keys
 from attnjax.nn.transformer import sown_by_layer
 from attnjax.train.optim import learning_rate_schedule, make_optimizer
 from attnjax.train.state import DROPOUT_STREAM, EVAL_DROPOUT_STREAM, TrainState, stream_key
@@ -77,7 +78,9 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
                                   return_weights=bool(regularizers), rngs={"dropout": rng})
         sums = objective_of.sums(logits, micro)
         loss = (sums["ce"] + cfg.z_loss * sums["z"]) / weight_total
-        terms = {name: reg.term(aux["attn_weights"]) for name, reg in regularizers.items()}
+        visible = visible_keys(config.model, micro["inputs"].shape[1], micro.get("token_mask"))
+        terms = {name: reg.term(aux["attn_weights"], visible)
+                 for name, reg in regularizers.items()}
         # each term's mean over micro-batches and devices: their gradients are summed
         for name, term in terms.items():
             loss = loss + coefficient(name) * term / (cfg.grad_accum * replicas)
@@ -149,20 +152,27 @@ def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
 
 
 def make_diagnostics(config: Config) -> Callable:
-    """``diagnostics(params, batch) -> {"max_attn_logit", ...}``: the largest causal attention
-    logit over all layers and heads (sown by the attention modules) and, with
+    """``diagnostics(params, batch) -> {"max_attn_logit", ...}``: the largest attention logit
+    over the pairs that meet, over all layers and heads (sown by the attention modules); for
+    data with special tokens (``Family.marked``), the attention on each marked one per layer
+    as ``attn_<name>/L{l}`` (``models.probe.special_attention``); with
     ``train.head_metrics``, every head's statistics (``attnjax.models.probe``) as
     ``head_<stat>/L{l}H{h}``."""
     model, cfg = build(config.model), config.model
     arguments = family(cfg).arguments
+    marked = family(cfg).marked(config.data)
 
     def diagnostics(params, batch):
         _, variables = model.apply({"params": params}, batch["inputs"], **arguments(batch),
                                    mutable=["intermediates"])
         sown = sown_by_layer(variables["intermediates"], cfg.num_layers)
         out = {"max_attn_logit": jnp.max(jnp.stack([s["max_logit"] for s in sown]))}
+        if marked:
+            mass = special_attention(cfg, params, batch["inputs"], arguments(batch), marked)
+            out.update({f"attn_{name}/L{l}": value[l] for name, value in mass.items()
+                        for l in range(cfg.num_layers)})
         if config.train.head_metrics:
-            stats = head_stat_arrays(cfg, params, batch["inputs"])
+            stats = head_stat_arrays(cfg, params, batch["inputs"], arguments(batch))
             out.update({f"head_{name}/L{l}H{h}": value[l, h] for name, value in stats.items()
                         for l in range(cfg.num_layers) for h in range(cfg.attention.num_heads)})
         return out

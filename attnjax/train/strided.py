@@ -30,12 +30,17 @@ from attnjax.train.step import make_eval_step
 
 
 def strided_options(train_length: int, window: int | None = None, stride: int | None = None,
-                    score_last: int | None = None) -> tuple[int, int, int] | None:
+                    score_last: int | None = None, *,
+                    causal: bool = True) -> tuple[int, int, int] | None:
     """``(window, stride, score_last)`` with the defaults filled in (the window: the training
     length; the stride: the window, disjoint segments; ``score_last``: the stride), or
-    ``None`` when none is given (the ordinary evaluation)."""
+    ``None`` when none is given (the ordinary evaluation). Refused for a bidirectional model
+    (``causal=False``): a window's last tokens would see no more context than its first."""
     if (window, stride, score_last) == (None, None, None):
         return None
+    if not causal:
+        raise ValueError("--window/--stride: strided evaluation slides a causal model's "
+                         "context; this model is bidirectional (model.family)")
     window = train_length if window is None else window
     stride = window if stride is None else stride
     return window, stride, stride if score_last is None else score_last

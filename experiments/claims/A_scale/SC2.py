@@ -38,7 +38,7 @@ from attnjax.models import build
 from attnjax.models.probe import capture
 from attnjax.ops import dot_product_attention
 from attnjax.train.state import init_params
-from attnjax.models.decoder import next_token_sums
+from attnjax.models.family import scored_sums
 
 SC3 = load_claim(Path(__file__).with_name("SC3.py")).module
 
@@ -101,7 +101,7 @@ def _init_fns(model):
 
     def loss(params, batch):
         logits, _ = build(model).apply({"params": params}, batch["inputs"])
-        sums = next_token_sums(logits, batch)
+        sums = scored_sums(logits, batch)
         return sums["ce"] / sums["weight"]
 
     def qkv_norm(params, batch):

@@ -8,7 +8,7 @@ gradients:
 ``sum(out * g)``, ``g`` a fixed N(0, 1) cotangent; gradients with respect to the parameters
 and ``x``) and a ``DecoderLM`` (width 32, 4 heads, 2 layers, RoPE) whose token embeddings
 are set to zero (next-token cross-entropy of random tokens, ``attnjax.train.step``'s
-``next_token_sums``; gradients with respect to the parameters). Model settings: float32, no
+``scored_sums``; gradients with respect to the parameters). Model settings: float32, no
 qk-norm, no bias, then each changed alone: ``model.dtype`` bfloat16 and float16, every other
 ``model.attention.qk_norm`` of ``attnjax.registry.QK_NORMS``, ``use_bias``. Each with three
 masks: causal (attnjax's reference kernel), and causal with query 0 seeing no key (the
@@ -47,7 +47,7 @@ from attnjax.models import build
 from attnjax.nn import MultiHeadAttention
 from attnjax.ops import dot_product_attention
 from attnjax.registry import QK_NORMS
-from attnjax.models.decoder import next_token_sums
+from attnjax.models.family import scored_sums
 
 ID = "MK8"
 SOURCE = "002 §6; 000 §7.3"
@@ -113,7 +113,7 @@ def _objective(cfg: ModelConfig, module: str):
 
     def loss(params, tokens):
         logits = model.apply({"params": params}, tokens)[0]
-        sums = next_token_sums(logits[:, :-1], batch)
+        sums = scored_sums(logits[:, :-1], batch)
         return sums["ce"] / sums["weight"], logits
     return loss, params, tokens
 

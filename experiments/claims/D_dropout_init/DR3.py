@@ -38,7 +38,7 @@ from attnjax.data import load_dataset
 from attnjax.models import build
 from attnjax.train.loop import evaluate
 from attnjax.train.state import EVAL_DROPOUT_STREAM, stream_key
-from attnjax.models.decoder import next_token_sums
+from attnjax.models.family import scored_sums
 
 ID = "DR3"
 SOURCE = "000 §8.6"
@@ -67,7 +67,7 @@ def _dropout_pass(model_config):
     def run(params, batch, rng):
         logits, _ = model.apply({"params": params}, batch["inputs"], deterministic=False,
                                 rngs={"dropout": rng})
-        return next_token_sums(logits, batch), jnp.argmax(logits, -1)
+        return scored_sums(logits, batch), jnp.argmax(logits, -1)
     return jax.jit(run)
 
 
