@@ -1,5 +1,6 @@
 """Everything a user does with a decoder, on a tiny encoder: train and exact resume after
-SIGKILL, eval, a sweep (vmapped seeds, worker processes), attention pictures with [CLS] and
+SIGKILL, eval, a sweep (one after the other, vmapped seeds, worker processes; Ray and
+several processes in test_ray.py and test_distributed.py), attention pictures with [CLS] and
 [SEP], heads, compare, report and info."""
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from attnjax.sweep.launch import run_sweep
 from helpers import TINY_MLM, deterministic, run_cli, tiny_config
 from test_train import cli, final_params, wait_for_step
 
-# 120 steps, 5 per dispatch: checkpoints at 60 and 120 (a kill after 60 resumes from it)
-ENCODER = {**TINY_MLM, "train.steps": 120, "train.steps_per_dispatch": 5,
-           "train.eval_every": 60, "train.checkpoint_every": 60, "train.log_every": 10,
+# 60 steps, 5 per dispatch: checkpoints at 30 and 60 (a kill after 30 resumes from it)
+ENCODER = {**TINY_MLM, "train.steps": 60, "train.steps_per_dispatch": 5,
+           "train.eval_every": 30, "train.checkpoint_every": 30, "train.log_every": 10,
            "data.eval_lengths": [16]}
 
 EXPERIMENT = '''
@@ -59,7 +60,7 @@ def test_an_encoder_resumes_bit_identically_after_sigkill(experiment, trained, t
     workdir = tmp_path / "run"
     args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
     process = cli(*args)
-    wait_for_step(workdir, 70, process)
+    wait_for_step(workdir, 40, process)
     process.send_signal(signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL
     resumed = cli(*args)
@@ -69,7 +70,7 @@ def test_an_encoder_resumes_bit_identically_after_sigkill(experiment, trained, t
     config = tiny_config(ENCODER)
     params, step = final_params(workdir, config)
     expected, expected_step = final_params(trained, config)
-    assert step == expected_step == 120
+    assert step == expected_step == 60
     chex.assert_trees_all_equal(params, expected)
     last = RunDir(trained).metrics()[-1]
     assert 0 < last["attn_cls/L0"] < 1 and 0 < last["attn_sep/L0"] < 1
@@ -105,7 +106,7 @@ def test_generate_refuses_an_encoder(trained, capsys):
     assert code != 0 and "text" in err
 
 
-@pytest.mark.parametrize("launcher", ["vmap", "processes"])
+@pytest.mark.parametrize("launcher", ["sequential", "vmap", "processes"])
 def test_an_encoder_sweep_on_a_launcher_reports_and_compares(experiment, trained, launcher,
                                                              tmp_path, capsys):
     sweep = tmp_path / "sweep"

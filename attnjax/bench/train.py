@@ -37,7 +37,7 @@ def train_settings() -> dict:
                                              "train.checkpoint_every": 10})
             for name, o in (("a: d256 L4 H8 T256 B16", a), ("b: nanoGPT d128 L4 H4 T64 B12", b),
                             ("c: d128 L4 H4 T1024 B4", c),
-                            ("d: encoder MLM d128 L4 H4 T64 B12", d))}
+                            ("d: BERT MLM d128 L4 H4 T64 B12", d))}
 
 
 def run_train_benchmark(steps: int = 50, out: str | None = None) -> list[dict]:
