@@ -68,8 +68,17 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def snapshot(directory: Path) -> dict:
-    return {str(p.relative_to(directory)): p.stat().st_mtime_ns
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    """Each file's modification time; a file a live writer removes during the walk (an old
+    checkpoint it prunes) is left out rather than failing the walk."""
+    times = {}
+    for folder, _, names in os.walk(directory):       # os.walk skips folders that vanish
+        for name in names:
+            path = Path(folder) / name
+            try:
+                times[str(path.relative_to(directory))] = path.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+    return times
 
 
 def test_a_second_train_on_a_run_being_trained_is_refused_before_touching_it(tmp_path, capsys):
