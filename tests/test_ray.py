@@ -129,11 +129,10 @@ def test_an_encoder_sweep_on_ray_trains_each_run_as_alone(tmp_path, ray_instance
     from test_encoder_commands import ENCODER, EXPERIMENT
     path = tmp_path / "encoder.py"
     path.write_text(EXPERIMENT.replace("ENCODER", repr(ENCODER)))
-    short = ["train.steps=30", "train.eval_every=30", "train.checkpoint_every=30"]
-    record = run_sweep(path, tmp_path / "s", launcher="ray", overrides=short, progress=False,
+    record = run_sweep(path, tmp_path / "s", launcher="ray", progress=False,
                        log=lambda *_: None, options={"address": ray_instance})
     assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
-    run = expand(path, short)[1]
+    run = expand(path)[1]
     train(run.config, tmp_path / "alone", progress=False)
     for a, b in zip(deterministic(RunDir(tmp_path / "s" / run.name).metrics()),
                     deterministic(RunDir(tmp_path / "alone").metrics()), strict=True):
