@@ -2,8 +2,9 @@
 
 Registry-wide tests parametrize over ``KERNELS.names()`` and ``POSITIONS.names()``, so a new
 kernel or encoding is covered with no edits here. Models are tiny (d_model 32, 2 layers,
-4 heads of width 8, max_length 16, vocab 64) and most calls run eagerly: every model here has
-the same shapes, so eager op compilations are shared between tests.
+4 heads of width 8, max_length 16, vocab 64) and called without ``jax.jit`` (JAX compiles each
+of its jitted library functions and loops once per shape, shared by these same-shape models);
+``DecoderVariantsTest`` covers the model jitted and fully op by op.
 """
 
 import dataclasses
@@ -81,20 +82,6 @@ T_FULL = 8          # sequence length of the registry-wide forward / grad / caus
 CUT = 3             # tokens at positions >= CUT are changed in the second example
 T_DECODE = 4        # decoded prefix: token by token, and a 3-token prompt then single tokens
 PROMPT_CHUNKS = (3, 1)
-
-
-@pytest.fixture(autouse=True)
-def op_by_op(request):
-    """Run each test function under ``jax.disable_jit()``: every primitive executes on its
-    own (lax.scan / lax.map loop in Python), so its compilation is cached across all these
-    same-shape tiny models instead of recompiling per model or per scan body. Same math; the
-    compiled paths (jit, and the chunked kernel's compiled scans) are covered by
-    ``DecoderVariantsTest``, which is exempt."""
-    if request.cls is not None:
-        yield
-        return
-    with jax.disable_jit():
-        yield
 
 
 def params_for(config, tokens):
@@ -248,8 +235,7 @@ T_SWAP = 10  # blocks of 4 do not divide 10
 
 @pytest.fixture(scope="module")
 def swap_params():
-    with jax.disable_jit():
-        return init_params(tiny("rope"), tokens_of(T_SWAP))
+    return init_params(tiny("rope"), tokens_of(T_SWAP))
 
 
 @pytest.mark.parametrize("kernel", KERNEL_NAMES)
@@ -326,11 +312,10 @@ PLACEMENTS = ["probs_shared", "probs_per_head", "output"]
 
 @pytest.fixture(scope="module")
 def rope_setup():
-    with jax.disable_jit():
-        tokens = tokens_of(T_FULL)
-        base = tiny("rope")
-        params = init_params(base, tokens)
-        return tokens, params, logits_of(base, params, tokens)
+    tokens = tokens_of(T_FULL)
+    base = tiny("rope")
+    params = init_params(base, tokens)
+    return tokens, params, logits_of(base, params, tokens)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
