@@ -48,10 +48,12 @@ def memory_of(buffers_only: bool = False, **overrides) -> dict:
 @pytest.fixture(scope="module")
 def memory() -> dict:
     """Compiled memory of the tiny induction model's training step: batch 4, length 128; the
-    same at length 256, at batch 8, and with the chunked kernel at length 256."""
+    same at length 256, at batch 8, and with the chunked kernel at length 256 (these three
+    compiled with unoptimised machine code, whose buffers are the same: see
+    ``test_unoptimised_machine_code_leaves_every_buffer_as_it_is``)."""
     long = {"data.length": 256}
-    return {"base": memory_of(), "2T": memory_of(**long), "2B": memory_of(**{
-        "train.batch_size": 8}), "2T chunked": memory_of(**long, **{
+    return {"base": memory_of(), "2T": memory_of(True, **long), "2B": memory_of(True, **{
+        "train.batch_size": 8}), "2T chunked": memory_of(True, **long, **{
             "model.attention.kernel": "chunked", "model.attention.block_q": 32,
             "model.attention.block_k": 32})}
 

@@ -6,6 +6,7 @@ several processes in test_ray.py and test_distributed.py), attention pictures wi
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import chex
 import numpy as np
@@ -32,7 +33,7 @@ def get_config():
 
 
 def get_sweep():
-    return product({"seed": [0, 1]})
+    return product({"seed": SEEDS})
 
 
 def get_report():
@@ -40,11 +41,16 @@ def get_report():
 '''
 
 
+def write_experiment(path: Path, seeds=(0, 1)) -> Path:
+    """The tiny encoder experiment at ``path``, sweeping ``seeds``."""
+    path.write_text(EXPERIMENT.replace("ENCODER", repr(ENCODER))
+                    .replace("SEEDS", repr(list(seeds))))
+    return path
+
+
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    path = tmp_path_factory.mktemp("encoder") / "encoder.py"
-    path.write_text(EXPERIMENT.replace("ENCODER", repr(ENCODER)))
-    return path
+    return write_experiment(tmp_path_factory.mktemp("encoder") / "encoder.py")
 
 
 @pytest.fixture(scope="module")

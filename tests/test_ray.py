@@ -1,8 +1,9 @@
 """The ``ray`` launcher on real local Ray instances: one started by the sweep itself and
 stopped after it (as on a laptop: the refusal test, run in this process), and one started
-once for this file that a 4-run sweep, in which one run's Ray worker is killed mid-run, and
-its ``--retry-failed`` rerun join with ``--address`` (as on a cluster). Starting an instance
-takes seconds; the two commands of the killed-worker test share one instead of starting two."""
+once for this file that a 4-run encoder sweep, in which one run's Ray worker is killed
+mid-run, and its ``--retry-failed`` rerun join with ``--address`` (as on a cluster). Starting
+an instance takes seconds; the two commands of the killed-worker test share one instead of
+starting two."""
 
 import json
 import os
@@ -18,10 +19,10 @@ import pytest
 
 from attnjax.rundir import RunDir
 from attnjax.sweep import expand
-from attnjax.sweep.launch import run_sweep
 from attnjax.sweep.ray_launcher import connect
 from attnjax.train import train
 from helpers import deterministic, run_cli, subprocess_env
+from test_encoder_commands import write_experiment as write_encoder_experiment
 from test_sweep import KILLED, write_experiment
 
 
@@ -81,7 +82,9 @@ def _wait_for_a_logging_run(sweep: Path, timeout: float = 300) -> None:
 
 
 def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path, ray_instance):
-    path = write_experiment(tmp_path, '[{"seed": s} for s in range(4)]')
+    """Four seeds of the tiny encoder (a model family reaches Ray workers like any config),
+    one Ray task each; the killed one, retried, equals its run trained alone."""
+    path = write_encoder_experiment(tmp_path / "encoder.py", range(4))
     sweep = tmp_path / "s"
     overrides = [f"{k}={v}" for k, v in KILLED.items()]
     command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
@@ -122,19 +125,3 @@ def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--address applies to --launcher ray, not vmap" in err
     assert not (tmp_path / "s").exists()
-
-
-def test_an_encoder_sweep_on_ray_trains_each_run_as_alone(tmp_path, ray_instance):
-    """Model families reach Ray workers like any config: an encoder's two seeds."""
-    from test_encoder_commands import ENCODER, EXPERIMENT
-    path = tmp_path / "encoder.py"
-    path.write_text(EXPERIMENT.replace("ENCODER", repr(ENCODER)))
-    record = run_sweep(path, tmp_path / "s", launcher="ray", progress=False,
-                       log=lambda *_: None, options={"address": ray_instance})
-    assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
-    run = expand(path)[1]
-    train(run.config, tmp_path / "alone", progress=False)
-    for a, b in zip(deterministic(RunDir(tmp_path / "s" / run.name).metrics()),
-                    deterministic(RunDir(tmp_path / "alone").metrics()), strict=True):
-        for key in a:
-            np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
