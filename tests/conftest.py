@@ -74,9 +74,9 @@ def assert_png():
 # two-process runs, the claims' measurements, test_nn's thousands of eager ops). Files not
 # listed run after them in their usual order; a new file that takes a minute belongs here.
 SLOWEST_FIRST = ("test_ray.py", "test_nn.py", "test_sweep.py", "test_claims.py",
-                 "test_distributed.py", "test_train.py", "test_bench.py",
-                 "test_head_shapes.py", "test_attention.py", "test_analysis.py",
-                 "test_padding.py")
+                 "test_distributed.py", "test_train.py", "test_bench.py", "test_encoder.py",
+                 "test_encoder_commands.py", "test_head_shapes.py", "test_attention.py",
+                 "test_analysis.py", "test_padding.py")
 
 
 def pytest_collection_modifyitems(config, items):
