@@ -162,21 +162,30 @@ def lengths_mask(q_len, kv_len, T, S):
     return (q_ok[:, :, None] & k_ok[:, None, :])[:, None]
 
 
-# The masks the oracle, linear and fully-masked-row tests run under: causal, and bidirectional
-# (encoder-style, no causal mask) with per-example padding of queries and keys.
-MASK_KINDS = ("causal", "bidirectional_padding")
+# The masks the oracle tests run under: causal, bidirectional (encoder-style, no causal mask)
+# with per-example padding of queries and keys, and cross-attention (9 queries over 13 keys of
+# another sequence) with padding on both sides.
+MASK_KINDS = ("causal", "bidirectional_padding", "cross_padding")
+KEYS_OF = {"causal": 9, "bidirectional_padding": 9, "cross_padding": 13}   # S for T = 9
 
 
 def mask_kind_case(kind, T=9):
-    """``(kernel kwargs, oracle mask broadcastable to [B, N, T, T])`` of mask kind ``kind`` for
-    self-attention of length ``T`` with batch 2. Bidirectional: batch 1 has queries ``>= T - 2``
-    padded (rows that see no key: zeros) and keys ``>= T - 3`` padded (a valid query row that
-    sees fewer keys than it is long)."""
+    """``(kernel kwargs, oracle mask broadcastable to [B, N, T, S])`` of mask kind ``kind`` for
+    ``T`` queries over ``S = KEYS_OF[kind]`` keys (T = 9) with batch 2. Bidirectional: batch 1
+    has queries ``>= T - 2`` padded (rows that see no key: zeros) and keys ``>= S - 3`` padded
+    (a valid query row that sees fewer keys than there are); cross-attention the same over 13
+    keys of another sequence, its key padding as the attention module hides a source's pads
+    (segment ids: every query in segment 1, real keys 1, pads 0)."""
+    S = KEYS_OF[kind]
     if kind == "causal":
-        return dict(is_causal=True), np.tril(np.ones((T, T), bool))
-    q_len, kv_len = np.array([T, T - 2], np.int32), np.array([T, T - 3], np.int32)
-    return (dict(query_seq_lengths=q_len, key_value_seq_lengths=kv_len),
-            lengths_mask(q_len, kv_len, T, T))
+        return dict(is_causal=True), np.tril(np.ones((T, S), bool))
+    q_len, kv_len = np.array([T, T - 2], np.int32), np.array([S, S - 3], np.int32)
+    mask = lengths_mask(q_len, kv_len, T, S)
+    if kind == "cross_padding":
+        kv_ids = (np.arange(S)[None, :] < kv_len[:, None]).astype(np.int32)
+        return (dict(query_seq_lengths=q_len, segment_ids=(np.ones((2, T), np.int32), kv_ids)),
+                mask)
+    return dict(query_seq_lengths=q_len, key_value_seq_lengths=kv_len), mask
 
 
 def _unsupported_error(name, asked):
@@ -282,7 +291,7 @@ def _reference_vs_oracle(q, k, v, oracle_kwargs, **kernel_kwargs):
 
 @pytest.mark.parametrize("mask_kind", MASK_KINDS)
 def test_reference_per_head_scale_vs_oracle(mask_kind):
-    q, k, v = qkv(T=9, K=2)
+    q, k, v = qkv(T=9, S=KEYS_OF[mask_kind], K=2)
     scale = np.array([0.2, 0.35, 0.5, 0.9], np.float32)
     mask_kwargs, mask = mask_kind_case(mask_kind)
     expected = _reference_vs_oracle(q, k, v, dict(scale=scale, mask=mask),
@@ -294,7 +303,7 @@ def test_reference_per_head_scale_vs_oracle(mask_kind):
 @pytest.mark.parametrize("mask_kind", MASK_KINDS)
 def test_reference_softcap_vs_oracle(mask_kind):
     # Inputs x3: raw logits have std ~ 9, so c * tanh(s / c) with c = 5 is far from identity.
-    q, k, v = qkv(T=9, K=2, mult=3.0)
+    q, k, v = qkv(T=9, S=KEYS_OF[mask_kind], K=2, mult=3.0)
     mask_kwargs, mask = mask_kind_case(mask_kind)
     expected = _reference_vs_oracle(q, k, v, dict(logit_soft_cap=5.0, mask=mask),
                                     logit_soft_cap=5.0, **mask_kwargs)
@@ -309,7 +318,7 @@ def test_reference_softcap_vs_oracle(mask_kind):
                                   np.zeros(4, np.float32)],
                          ids=["learned_per_head", "softmax_plus_one"])
 def test_reference_sink_vs_oracle(sink, mask_kind):
-    q, k, v = qkv(T=9, K=2)
+    q, k, v = qkv(T=9, S=KEYS_OF[mask_kind], K=2)
     mask_kwargs, mask = mask_kind_case(mask_kind)
     expected = _reference_vs_oracle(q, k, v, dict(sink=sink, mask=mask), sink=sink,
                                     **mask_kwargs)
@@ -347,11 +356,14 @@ ORACLE_CASES = {
 }
 
 
-@pytest.mark.parametrize("mask_kind", MASK_KINDS)
-@pytest.mark.parametrize("case", list(ORACLE_CASES))
+# Cross-attention runs the cases without position terms (a bias or window between positions
+# of two sequences is not what the attention module asks of a kernel).
+@pytest.mark.parametrize("case,mask_kind", [
+    (case, kind) for kind in MASK_KINDS for case in ORACLE_CASES
+    if kind != "cross_padding" or case in ("gqa", "mqa")])
 def test_reference_gqa_bias_window_vs_oracle(case, mask_kind):
     shape_kwargs, kernel_kwargs, oracle_kwargs = ORACLE_CASES[case]
-    q, k, v = qkv(T=9, **shape_kwargs)
+    q, k, v = qkv(T=9, S=KEYS_OF[mask_kind], **shape_kwargs)
     mask_kwargs, mask = mask_kind_case(mask_kind)
     oracle_kwargs = {**oracle_kwargs, "mask": mask & oracle_kwargs.get("mask", True)}
     expected = _reference_vs_oracle(q, k, v, oracle_kwargs, **kernel_kwargs, **mask_kwargs)
@@ -408,6 +420,16 @@ SCENARIOS = {
              segment_ids=_SEGMENTS_13, key_value_seq_lengths=np.array([13, 10], np.int32),
              dropout_rate=0.3, dropout_rng=jax.random.key(0)),
         {"softcap", "sink", "segment", "padding", "dropout"}),
+    # Cross-attention as the attention module asks for it: 9 queries (batch 1's >= 6 padded)
+    # over 13 keys of another sequence whose pads (batch 1's >= 10) are segment 0 while every
+    # query is in segment 1, with the probability options on a length no block size divides.
+    "cross_9x13_segments_padding_softcap_sink_dropout": (
+        dict(T=9, S=13, K=2, mult=3.0),
+        dict(segment_ids=(np.ones((2, 9), np.int32),
+                          (np.arange(13)[None, :] < np.array([[13], [10]])).astype(np.int32)),
+             query_seq_lengths=np.array([9, 6], np.int32), logit_soft_cap=5.0, sink=_SINK_4,
+             dropout_rate=0.3, dropout_rng=jax.random.key(0)),
+        {"cross_attention", "segment", "padding", "softcap", "sink", "dropout"}),
     # Bidirectional (no causal mask) with padding: batch 1 pads queries >= 11 (zero rows) and
     # keys >= 9.
     "bidirectional_gqa_padding": (
@@ -893,7 +915,7 @@ def _linear_oracle(q, k, v, scale, causal, q_len=None, kv_len=None):
     return out
 
 
-@pytest.mark.parametrize("mask_kind", MASK_KINDS)
+@pytest.mark.parametrize("mask_kind", [k for k in MASK_KINDS if k != "cross_padding"])
 def test_linear_self_attention_matches_direct_computation(mask_kind):
     q, k, v = qkv(T=8, K=2)
     kwargs, _ = mask_kind_case(mask_kind, T=8)

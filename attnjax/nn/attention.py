@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import ModelConfig
-from attnjax.config.kernel import kernel_request, score_arguments
+from attnjax.config.kernel import cross_arguments, kernel_request, score_arguments
 from attnjax.nn.slots import (head_init, kernel_settings, padding_arguments, probability_dropout,
                               projection_init, visible_keys)
 from attnjax.ops import dot_product_attention
@@ -54,11 +54,26 @@ class Dropout(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention, causal or bidirectional as ``ModelConfig.causal`` says.
+    """Multi-head self-attention, causal or bidirectional as ``ModelConfig.causal`` says, or
+    with ``cross=True`` cross-attention.
 
-    Call with ``x`` ``[B, T, d_model]`` and ``positions`` ``[B|1, T]``. With ``decode=True`` the
-    keys and values are appended to a cache of ``max_length`` entries (collection ``cache``)
-    and the queries attend to everything cached so far. With ``return_weights=True`` the
+    Call with ``x`` ``[B, T, d_model]`` and ``positions`` ``[B|1, T]``.
+
+    Cross-attention: queries from ``x``, keys and values from ``source`` ``[B, S, d_model]``
+    (an encoder's output) through projections of their own (``query``, ``key``, ``value``;
+    ``fused_qkv`` does not apply), every real source token visible to every query: no causal
+    mask, window or position encoding (RoPE, ALiBi and T5 buckets relate two positions of one
+    sequence; the absolute encodings are in the embeddings of each stream). ``source_mask``
+    ``[B, S]`` (True at real tokens) hides the source's pads. With ``decode=True`` the keys
+    and values are a static cache (collection ``cache``: ``cross_key``, ``cross_value``,
+    ``source_mask``) written by the call that passes ``source`` and read by the later calls,
+    which pass none; ``x`` may then hold ``R`` rows (beams) per source, which share that
+    cache. Kernels, qk-norm, scale, soft-cap, sink and dropout apply as in self-attention;
+    what a kernel cannot do is refused by ``kernel_request(..., cross=True)``.
+
+    Self-attention with ``decode=True``: the keys and values are appended to a cache of
+    ``max_length`` entries (collection ``cache``) and the queries attend to everything cached
+    so far. With ``return_weights=True`` the
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
     which computes the same function. When applied with ``mutable=["intermediates"]`` it also
@@ -84,33 +99,44 @@ class MultiHeadAttention(nn.Module):
     ``frozen_projection``, no bias.
     """
     config: ModelConfig
+    cross: bool = False
 
     @nn.compact
-    def __call__(self, x, positions, *, deterministic: bool = True, decode: bool = False,
-                 return_weights: bool = False, head_gates=None, token_mask=None):
+    def __call__(self, x, positions, *, source=None, source_mask=None,
+                 deterministic: bool = True, decode: bool = False, return_weights: bool = False,
+                 head_gates=None, token_mask=None):
         cfg, att = self.config, self.config.attention
-        kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
-                                   padded=token_mask is not None)
-        q, k, v = self._project(x)
-        q, k = QK_NORMS.get(att.qk_norm).apply(self, q, k, att, jnp.dtype(cfg.dtype))
-        position = POSITIONS.get(cfg.position.kind)
-        if position.rotate is not None:
-            q, k = position.rotate(q, k, positions, positions, cfg)
-        extra, fits = self._update_cache(k, v, positions) if decode else ({}, None)
-        k, v = extra.pop("key", k), extra.pop("value", v)
-        if token_mask is not None:
-            extra.update(padding_arguments(att, positions, token_mask))
-        bias = position.bias(self, cfg) if position.bias is not None else None
+        if self.cross:
+            kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
+                                       padded=decode or source_mask is not None, cross=True)
+            q, k, v, extra, visible = self._cross_streams(x, source, source_mask, decode)
+            bias, scores, fits = None, cross_arguments(cfg), None
+        else:
+            kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
+                                       padded=token_mask is not None)
+            q, k, v = self._project(x)
+            q, k = QK_NORMS.get(att.qk_norm).apply(self, q, k, att, jnp.dtype(cfg.dtype))
+            position = POSITIONS.get(cfg.position.kind)
+            if position.rotate is not None:
+                q, k = position.rotate(q, k, positions, positions, cfg)
+            extra, fits = self._update_cache(k, v, positions) if decode else ({}, None)
+            k, v = extra.pop("key", k), extra.pop("value", v)
+            if token_mask is not None:
+                extra.update(padding_arguments(att, positions, token_mask))
+            bias = position.bias(self, cfg) if position.bias is not None else None
+            scores = score_arguments(cfg)
+            visible = None if decode else visible_keys(cfg, q.shape[1], token_mask)
         scale = SCALES.get(att.scale).scale(self, att, cfg.head_dim)
         if self.is_mutable_collection("intermediates") and not decode:
-            self._sow_diagnostics(q, k, scale, return_weights,
-                                  visible_keys(cfg, q.shape[1], token_mask))
+            self._sow_diagnostics(q, k, scale, return_weights, visible)
         result = dot_product_attention(
-            q, k, v, bias, scale=scale, **score_arguments(cfg),
+            q, k, v, bias, scale=scale, **scores,
             sink=SINKS.get(att.sink).logit(self, att),
             **probability_dropout(self, att, deterministic), return_weights=return_weights,
             implementation=kernel, **kernel_settings(att, kernel), **extra)
         out, weights = result if return_weights else (result, None)
+        if self.cross:
+            out, weights = unfold_beams(out, weights, x.shape[0])
         if return_weights:
             self.sow("intermediates", "attn_weights", weights)
         if fits is not None:     # a step past the cache's end: never a silently wrong answer
@@ -122,6 +148,75 @@ class MultiHeadAttention(nn.Module):
             out = Dropout(att.dropout_rate)(out, deterministic=deterministic)
         return out, weights
 
+    def _cross_streams(self, x, source, source_mask, decode: bool):
+        """Cross-attention's ``(q, k, v, padding arguments, visible pairs)``: queries from
+        ``x`` ``[B R, T, d]``, keys and values from ``source`` ``[B, S, d]`` (both after
+        qk-norm), or, decoding without ``source``, from the static cross cache that the first
+        decoding call (with ``source``) filled and no later call rewrites. ``R`` beams of a
+        source share its keys and values: their queries are folded into one query sequence of
+        length ``R T`` (``unfold_beams`` undoes it), exact because no cross-attention mask
+        relates a query's position to a key's. The source's pads (``source_mask`` False) are
+        hidden by segment ids, queries all in segment 1."""
+        cfg, att = self.config, self.config.attention
+        norm = lambda q, k: QK_NORMS.get(att.qk_norm).apply(self, q, k, att, jnp.dtype(cfg.dtype))
+        q = self._queries(x)
+        if source is not None:
+            q, k = norm(q, self._keys(source))
+            v = self._values(source)
+            mask = (jnp.ones(source.shape[:2], bool) if source_mask is None
+                    else jnp.asarray(source_mask, bool))
+            if decode:
+                for name, value in (("cross_key", k), ("cross_value", v), ("source_mask", mask)):
+                    self.put_variable("cache", name, value)
+        elif not decode:
+            raise ValueError("cross-attention needs the source sequence (the encoder's output)")
+        elif not self.has_variable("cache", "cross_key"):
+            raise ValueError("the cross-attention cache is empty: the first decoding call "
+                             "passes the encoder's output to fill it")
+        else:    # the cached keys are normalised already; the unused second norm is dead code
+            k, v, mask = (self.get_variable("cache", name)
+                          for name in ("cross_key", "cross_value", "source_mask"))
+            q = norm(q, k)[0]
+        B, beams = k.shape[0], x.shape[0] // k.shape[0]
+        q = q.reshape(B, beams * q.shape[1], *q.shape[2:])
+        extra = {}
+        if decode or source_mask is not None:
+            extra["segment_ids"] = (jnp.ones(q.shape[:2], jnp.int32), mask.astype(jnp.int32))
+        visible = jnp.broadcast_to(mask[:, None, None, :], (B, 1, q.shape[1], k.shape[1]))
+        return q, k, v, extra, visible
+
+    def _queries(self, x):
+        """Cross-attention's queries ``[B, T, N, H]`` (parameter ``query``, or ``query_n``
+        per head)."""
+        att = self.config.attention
+        return self._heads(x, "query", "q", att.num_heads, self.config.head_dim)
+
+    def _keys(self, source):
+        """Cross-attention's keys ``[B, S, K, H]`` (``key``, or ``key_j`` per head)."""
+        att = self.config.attention
+        return self._heads(source, "key", "k", att.kv_heads, self.config.head_dim)
+
+    def _values(self, source):
+        """Cross-attention's values ``[B, S, K, D]`` (``value``, or ``value_j`` per head)."""
+        att = self.config.attention
+        return self._heads(source, "value", "v", att.kv_heads, self.config.value_head_dim)
+
+    def _dense(self, features, name: str, init):
+        cfg, att = self.config, self.config.attention
+        return nn.DenseGeneral(features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype),
+                               name=name, kernel_init=init)
+
+    def _heads(self, x, name: str, part: str, count: int, width: int):
+        """``[B, T, count, width]``: one projection ``name`` ``[d, count, width]``, or with
+        ``per_head_projections`` one ``name_i`` ``[d, width]`` per head (each head's kernel
+        drawn as its columns of the whole would be)."""
+        att = self.config.attention
+        if att.per_head_projections:
+            return jnp.stack([self._dense(width, f"{name}_{i}",
+                                          head_init(att, part, count, width, i))(x)
+                              for i in range(count)], axis=-2)
+        return self._dense((count, width), name, projection_init(att, [(part, count * width)]))(x)
+
     def _project(self, x):
         """Slot 1: queries ``[B, T, N, H]``, keys ``[B, T, K, H]``, values ``[B, T, K, D]``.
 
@@ -132,26 +227,16 @@ class MultiHeadAttention(nn.Module):
         each (every head's kernel drawn as its columns of the separate kernel would be)."""
         cfg, att = self.config, self.config.attention
         N, K, H, D = att.num_heads, att.kv_heads, cfg.head_dim, cfg.value_head_dim
-        dense = lambda features, name, init: nn.DenseGeneral(
-            features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype), name=name,
-            kernel_init=init)
         parts = [("q", N * H), ("k", K * H), ("v", K * D)]
         if att.fused_qkv and D == H:
-            qkv = dense((N + 2 * K, H), "qkv", projection_init(att, parts))(x)
+            qkv = self._dense((N + 2 * K, H), "qkv", projection_init(att, parts))(x)
             return jnp.split(qkv, [N, N + K], axis=2)
         if att.fused_qkv:
-            qkv = dense(sum(w for _, w in parts), "qkv", projection_init(att, parts))(x)
+            qkv = self._dense(sum(w for _, w in parts), "qkv", projection_init(att, parts))(x)
             q, k, v = jnp.split(qkv, [N * H, (N + K) * H], axis=-1)
             lead = x.shape[:-1]
             return q.reshape(*lead, N, H), k.reshape(*lead, K, H), v.reshape(*lead, K, D)
-        if att.per_head_projections:
-            heads = lambda name, part, count, width: jnp.stack(
-                [dense(width, f"{name}_{i}", head_init(att, part, count, width, i))(x)
-                 for i in range(count)], axis=-2)
-            return heads("query", "q", N, H), heads("key", "k", K, H), heads("value", "v", K, D)
-        return (dense((N, H), "query", projection_init(att, [("q", N * H)]))(x),
-                dense((K, H), "key", projection_init(att, [("k", K * H)]))(x),
-                dense((K, D), "value", projection_init(att, [("v", K * D)]))(x))
+        return self._queries(x), self._keys(x), self._values(x)
 
     def _output_projection(self, heads):
         """``[B, T, N, D]`` -> ``[B, T, d_model]`` as ``output_projection`` says (see the
@@ -213,6 +298,20 @@ class MultiHeadAttention(nn.Module):
                          key_value_seq_lengths=jnp.full((B,), jnp.minimum(start + T, length),
                                                         jnp.int32))
         return arguments, start + T <= length   # dynamic_update_slice clamps past the end
+
+
+def unfold_beams(out, weights, rows: int):
+    """Cross-attention's output ``[B, R T, N, D]`` (and weights ``[B, N, R T, S]``) of ``R``
+    beams folded into one query sequence per source, back to ``rows = B R`` rows ``[B R, T,
+    N, D]`` (weights ``[B R, N, T, S]``)."""
+    B, RT, N, D = out.shape
+    beams = rows // B
+    out = out.reshape(rows, RT // beams, N, D)
+    if weights is not None:
+        S = weights.shape[-1]
+        weights = weights.reshape(B, N, beams, RT // beams, S).swapaxes(1, 2).reshape(
+            rows, N, RT // beams, S)
+    return out, weights
 
 
 @functools.lru_cache(maxsize=64)
