@@ -76,7 +76,7 @@ def assert_png():
 SLOWEST_FIRST = ("test_ray.py", "test_nn.py", "test_sweep.py", "test_claims.py",
                  "test_distributed.py", "test_train.py", "test_bench.py", "test_encoder.py",
                  "test_encoder_commands.py", "test_head_shapes.py", "test_attention.py",
-                 "test_analysis.py", "test_padding.py")
+                 "test_analysis.py", "test_seq2seq.py", "test_padding.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -116,6 +116,12 @@ TINY_CLASSIFY = {**TINY_MODEL, **TINY_SCHEDULE, "model.family": "encoder",
                  "data.min_length": 4}
 
 
+# The seq2seq family: reversal of padded sequences of 2..11 content tokens (and EOS).
+TINY_SEQ2SEQ = {**TINY_MODEL, **TINY_SCHEDULE, "model.family": "seq2seq",
+                "data.task": "reversal", "data.length": 12, "data.vocab_size": 12,
+                "model.vocab_size": 12, "data.padding": "right", "data.min_length": 3}
+
+
 def tiny_config(base: dict, **overrides) -> Config:
     """The validated ``Config`` of ``base`` (one of the dicts above) with dotted ``overrides``:
     ``tiny_config(TINY_TEXT, **{"data.path": str(corpus)})``."""

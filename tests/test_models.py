@@ -20,13 +20,14 @@ from attnjax.models.family import scored_sums
 from attnjax.registry import MODELS
 from attnjax.train.state import init_params
 from attnjax.train.step import make_eval_step
-from helpers import REPO, TINY_INDUCTION, TINY_MLM, raises_one_line, tiny_config
+from helpers import REPO, TINY_INDUCTION, TINY_MLM, TINY_SEQ2SEQ, raises_one_line, tiny_config
 
 FAMILIES = MODELS.names()
 # a tiny config of each family (a new family adds its own here)
-TINY_OF = {"decoder": TINY_INDUCTION, "encoder": TINY_MLM}
+TINY_OF = {"decoder": TINY_INDUCTION, "encoder": TINY_MLM, "seq2seq": TINY_SEQ2SEQ}
 # the layers above attnjax.models: they reach a model through family() and build() only
-ABOVE_MODELS = ("train", "generate.py", "sweep", "analysis", "audit", "bench", "cli")
+ABOVE_MODELS = ("train", "generate.py", "translate.py", "sweep", "analysis", "audit", "bench",
+                "cli")
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from attnjax.config import DataConfig
-from attnjax.data import encoder, synthetic, text  # noqa: F401  (they register the tasks)
+from attnjax.data import encoder, seq2seq, synthetic, text  # noqa: F401  (they register tasks)
 from attnjax.registry import TASKS
 
 SPLITS = {"train": 0, "val": 1}

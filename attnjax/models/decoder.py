@@ -14,7 +14,8 @@ from attnjax.config import ModelConfig
 from attnjax.data.padding import model_arguments
 from attnjax.models.family import Family, scored_sums
 from attnjax.nn.attention import Dropout
-from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
+from attnjax.nn.transformer import (decoding_positions, embed_tokens, knockout_gates,
+                                    output_logits, stack_blocks)
 from attnjax.registry import MODELS
 
 
@@ -49,14 +50,7 @@ class DecoderLM(nn.Module):
         if token_mask is not None and decode:
             raise ValueError("token_mask (a padded batch) cannot be decoded with the KV cache")
         if positions is None:
-            offset = 0
-            if decode:
-                initialized = self.has_variable("cache", "position")
-                counter = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
-                if initialized:
-                    offset = counter.value
-                    counter.value = offset + tokens.shape[1]
-            positions = (offset + jnp.arange(tokens.shape[1]))[None, :]
+            positions = decoding_positions(self, tokens, decode)
         x, embed = embed_tokens(self, cfg, tokens, positions)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         x, weights = stack_blocks(cfg, x, positions, head_gates=head_gates,

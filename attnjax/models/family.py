@@ -40,7 +40,11 @@ class Family(NamedTuple):
     - ``marked``: ``DataConfig -> {name: token id}``, the special tokens whose attention the
       training diagnostics log per layer (``attn_<name>/L{l}``);
     - ``check``: ``ModelConfig -> None``, or a one-line ValueError naming a field the family
-      cannot honour.
+      cannot honour;
+    - ``scores``: ``(logits, aux, batch) -> sums`` of evaluation metrics beyond loss and
+      accuracy, from a forward pass with ``return_weights`` (``aux`` the module's), or None;
+      ``ratios``: ``(metric, numerator, denominator)`` triples of those sums, a numerator of more
+      than one entry reported by its best entry (e.g. the best head).
     """
     module: Callable[[ModelConfig], nn.Module]
     arguments: Callable[[dict], dict]
@@ -51,6 +55,8 @@ class Family(NamedTuple):
     causal: bool = True
     check: Callable[[ModelConfig], None] = lambda config: None
     marked: Callable[[object], dict] = lambda data: {}
+    scores: Callable | None = None
+    ratios: tuple[tuple[str, str, str], ...] = ()
 
 
 def scored_sums(logits: jax.Array, batch: dict) -> dict:

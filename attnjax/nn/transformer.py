@@ -108,40 +108,74 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm ``x + f(norm(x))`` or post-norm ``norm(x + f(x))`` for attention then MLP."""
+    """Pre-norm ``x + f(norm(x))`` or post-norm ``norm(x + f(x))`` for each sub-layer:
+    self-attention, then with ``cross_attention`` cross-attention over ``source`` (an
+    encoder's output; ``MultiHeadAttention(cross=True)``, norm ``cross_norm``), then the
+    MLP."""
     config: ModelConfig
+    cross_attention: bool = False
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
-                 head_gates=None, token_mask=None):
+                 head_gates=None, token_mask=None, source=None, source_mask=None):
         cfg = self.config
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
-        attention = MultiHeadAttention(cfg, name="attention")
+        kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
+        sublayers = [("attention", MultiHeadAttention(cfg, name="attention"),
+                      dict(kwargs, head_gates=head_gates, token_mask=token_mask))]
+        if self.cross_attention:
+            sublayers.append(("cross", MultiHeadAttention(cfg, cross=True, name="cross_attention"),
+                              dict(kwargs, source=source, source_mask=source_mask)))
+        weights = {}
+        for name, attention, arguments in sublayers:
+            norm = make_norm(cfg, f"{name}_norm")
+            if cfg.norm_position == "pre":
+                y, weights[name] = attention(norm(x), positions, **arguments)
+                x = x + drop(y)
+            else:
+                y, weights[name] = attention(x, positions, **arguments)
+                x = norm(x + drop(y))
+            if name == "attention":       # the self-attention sub-layer, before the add
+                self.sow("intermediates", "attn_out", y)
         mlp = FeedForward(cfg, name="mlp")
-        kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights,
-                      head_gates=head_gates, token_mask=token_mask)
         if cfg.norm_position == "pre":
-            y, weights = attention(make_norm(cfg, "attention_norm")(x), positions, **kwargs)
-            x = x + drop(y)
             x = x + drop(mlp(make_norm(cfg, "mlp_norm")(x)))
         else:
-            y, weights = attention(x, positions, **kwargs)
-            x = make_norm(cfg, "attention_norm")(x + drop(y))
             x = make_norm(cfg, "mlp_norm")(x + drop(mlp(x)))
-        self.sow("intermediates", "attn_out", y)       # the attention sub-layer, before the add
         self.sow("intermediates", "residual", x)       # the residual stream after the block
-        return x, weights
+        if self.cross_attention:
+            return x, (weights["attention"], weights["cross"])
+        return x, weights["attention"]
 
 
-def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions):
+def decoding_positions(module: nn.Module, tokens, decode: bool):
+    """``[1, T]`` positions of ``tokens`` ``[B, T]``: ``arange(T)``, or with ``decode`` after
+    the tokens already decoded (a counter ``position`` in ``module``'s ``cache``
+    collection)."""
+    offset = 0
+    if decode:
+        initialized = module.has_variable("cache", "position")
+        counter = module.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+        if initialized:
+            offset = counter.value
+            counter.value = offset + tokens.shape[1]
+    return (offset + jnp.arange(tokens.shape[1]))[None, :]
+
+
+def token_embedding(config: ModelConfig, name: str = VOCAB_PARAMS[0]) -> nn.Embed:
+    """The token embedding ``[vocab_size, d_model]``, entries ``N(0, embed_init_std^2)``."""
+    return nn.Embed(config.vocab_size, config.d_model,
+                    embedding_init=nn.initializers.normal(config.embed_init_std), name=name)
+
+
+def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions, embed=None):
     """``(x, embed)``: the token embeddings times ``token_scale`` plus the absolute position
     encoding's ``added_positions`` (for the encodings that add one), ``[B, T, d_model]``, and
-    the embedding module (a tied output layer reads it). Called inside ``module``'s compact
-    ``__call__``, whose parameters they become."""
+    the embedding module (a tied output layer reads it; ``embed``, another stream's, is used
+    instead of a new one). Called inside ``module``'s compact ``__call__``, whose parameters
+    they become."""
     dtype = jnp.dtype(config.dtype)
-    embed = nn.Embed(config.vocab_size, config.d_model,
-                     embedding_init=nn.initializers.normal(config.embed_init_std),
-                     name=VOCAB_PARAMS[0])
+    embed = embed or token_embedding(config)
     position = POSITIONS.get(config.position.kind)
     x = embed(tokens).astype(dtype) * token_scale(config)
     if position.embed is not None:
@@ -150,13 +184,16 @@ def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions):
     return x, embed
 
 
-def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, **kwargs):
-    """``(x, weights)``: ``num_layers`` blocks (``block_i``, ``head_gates[i]`` each) and, pre-norm,
-    the final norm; ``weights`` one entry per layer (``None`` without ``return_weights``).
-    ``kwargs``: the blocks' ``deterministic``, ``decode``, ``return_weights``, ``token_mask``."""
+def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_attention=False,
+                 num_layers=None, **kwargs):
+    """``(x, weights)``: ``num_layers`` (default ``config.num_layers``) blocks (``block_i``,
+    ``head_gates[i]`` each) and, pre-norm, the final norm; ``weights`` one entry per layer
+    (``None`` without ``return_weights``; with ``cross_attention``, a pair: self, cross).
+    ``kwargs``: the blocks' ``deterministic``, ``decode``, ``return_weights``, ``token_mask``
+    and, with ``cross_attention``, ``source`` and ``source_mask``."""
     weights = []
-    for i in range(config.num_layers):
-        x, w = Block(config, name=f"block_{i}")(
+    for i in range(config.num_layers if num_layers is None else num_layers):
+        x, w = Block(config, cross_attention, name=f"block_{i}")(
             x, positions, head_gates=None if head_gates is None else head_gates[i], **kwargs)
         weights.append(w)
     if config.norm_position == "pre":

@@ -29,6 +29,7 @@ import numpy as np
 from attnjax import distributed
 from attnjax.config import Config, to_dict
 from attnjax.data import Dataset, load_dataset
+from attnjax.models import family
 from attnjax.rundir import RunDir
 from attnjax.train import hyper
 from attnjax.train.logging import MetricsWriter, Phases, Progress
@@ -110,13 +111,18 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
             else _compiled_strided_step(structure, group, train_mode, strided))
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
+    ratios = family(config.model).ratios
     for length in lengths:
         sums = jax.device_get(step(values, params, _eval_chunks(configs, dataset, length, group)))
-        totals = np.stack([np.asarray(sums[k], np.float64).reshape(len(configs), -1).sum(1)
-                           for k in ("ce", "correct", "weight")], 1)
-        for r, (ce, correct, weight) in enumerate(totals):
-            weight = max(weight, 1.0)
-            results[r][length] = {"loss": float(ce / weight), "accuracy": float(correct / weight)}
+        total = {k: np.asarray(v, np.float64).reshape(
+            len(configs), -1, *np.shape(v)[2 if group else 1:]).sum(1) for k, v in sums.items()}
+        for r in range(len(configs)):
+            weight = max(total["weight"][r], 1.0)
+            results[r][length] = {"loss": float(total["ce"][r] / weight),
+                                  "accuracy": float(total["correct"][r] / weight)}
+            for name, numerator, denominator in ratios:    # the best entry (e.g. head)
+                results[r][length][name] = float(np.max(
+                    total[numerator][r] / max(total[denominator][r], 1.0)))
     return results
 
 

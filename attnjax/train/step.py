@@ -135,7 +135,8 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
 
 
 def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
-    """``eval_step(params, batch, index) -> sums`` (the family's ``sums``): deterministic, or with
+    """``eval_step(params, batch, index) -> sums`` (the family's ``sums`` and ``scores``):
+    deterministic, or with
     ``train_mode`` with dropout on as in training (masks a function of the run's seed and
     ``index``, the forward pass's number in the evaluation, independent of the training
     masks)."""
@@ -143,10 +144,13 @@ def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
 
     def eval_step(params, batch, index):
         rng = jax.random.fold_in(stream_key(config.seed, EVAL_DROPOUT_STREAM), index)
-        logits, _ = model.apply({"params": params}, batch["inputs"],
-                                **objective_of.arguments(batch), deterministic=not train_mode,
-                                rngs={"dropout": rng} if train_mode else None)
-        return objective_of.sums(logits, batch)
+        scores = objective_of.scores
+        logits, aux = model.apply({"params": params}, batch["inputs"],
+                                  **objective_of.arguments(batch), deterministic=not train_mode,
+                                  return_weights=scores is not None,
+                                  rngs={"dropout": rng} if train_mode else None)
+        sums = objective_of.sums(logits, batch)
+        return sums if scores is None else {**sums, **scores(logits, aux, batch)}
 
     return eval_step
 
