@@ -69,17 +69,28 @@ def decode_step(config, recompute: bool = False):
     return step
 
 
-def translate(config, params, source, source_mask=None, num_tokens: int | None = None,
-              recompute: bool = False) -> np.ndarray:
-    """Greedy decoding of ``source`` ``[B, S]``: ``[B, num_tokens]`` target tokens (default
-    ``model.max_length - 1``), EOS included, PAD after it."""
+def check_translation(config, source, source_mask=None, num_tokens: int | None = None):
+    """``(source, source_mask, num_tokens)`` as arrays (the mask all True by default, the
+    number of tokens ``model.max_length - 1`` by default), or a one-line ValueError naming
+    what cannot be translated, before anything compiles."""
     check_translates(config)
     num_tokens = num_tokens or config.model.max_length - 1
     if not 1 <= num_tokens < config.model.max_length:
         raise ValueError(f"num_tokens={num_tokens} must be in [1, {config.model.max_length - 1}]"
                          " (BOS and the tokens fill the cache of model.max_length)")
     source = jnp.asarray(source, jnp.int32)
+    if source.ndim != 2 or source.shape[1] == 0:
+        raise ValueError(f"source must be [batch, length] with length >= 1, got shape "
+                         f"{source.shape}")
     mask = jnp.ones(source.shape, bool) if source_mask is None else jnp.asarray(source_mask, bool)
+    return source, mask, num_tokens
+
+
+def translate(config, params, source, source_mask=None, num_tokens: int | None = None,
+              recompute: bool = False) -> np.ndarray:
+    """Greedy decoding of ``source`` ``[B, S]``: ``[B, num_tokens]`` target tokens (default
+    ``model.max_length - 1``), EOS included, PAD after it."""
+    source, mask, num_tokens = check_translation(config, source, source_mask, num_tokens)
     return np.asarray(_greedy(config, num_tokens, recompute)(params, source, mask))
 
 

@@ -121,16 +121,45 @@ def add_eval(commands) -> None:
     evaluate.set_defaults(run=_eval)
 
 
+BYTE_TASKS = {"next_token": "text", "seq2seq": "letters"}   # byte-level text, per objective
+
+
 def _generate(args) -> int:
+    from attnjax.beam import beam_generate, beam_translate, check_beams
+    from attnjax.data.seq2seq import seq2seq_specials
     from attnjax.generate import check_sampling, sample
+    from attnjax.models import family
     from attnjax.rundir import RunDir
+    from attnjax.translate import check_translation, translate
     run_dir = RunDir(args.workdir)
     config = run_dir.config()
-    if config.data.task != "text":
-        raise ValueError("generate needs a byte-level text run (data.task='text')")
+    objective = family(config.model).objective(config.model)
+    if config.data.task != BYTE_TASKS.get(objective):
+        raise ValueError("generate needs a byte-level text run (data.task='text', or 'letters' "
+                         f"with model.family='seq2seq'), got data.task={config.data.task!r}")
     prompt = list(args.prompt.encode("utf-8"))
-    check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
+    if args.beams is not None:
+        check_beams(args.beams, args.length_penalty)
+    if objective == "seq2seq":                  # the prompt is the source, then EOS
+        eos = seq2seq_specials(config.model.vocab_size).eos
+        source, _, tokens = check_translation(config, [prompt + [eos]], None,
+                                              min(args.tokens, config.model.max_length - 1))
+    else:
+        check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
     _, params, _ = run_dir.params(args.checkpoint)    # after the checks: nothing loaded yet
+    text = lambda ids: bytes(t for t in ids if t < 256).decode("utf-8", errors="replace")
+    if args.beams is not None:
+        found = (beam_translate(config, params, source, None, tokens, beams=args.beams,
+                                alpha=args.length_penalty) if objective == "seq2seq" else
+                 beam_generate(config, params, [prompt], args.tokens, beams=args.beams,
+                               alpha=args.length_penalty))
+        for ids, score, length in zip(found.tokens[0], found.scores[0], found.lengths[0]):
+            shown = text(ids[:length]) if objective == "seq2seq" else args.prompt + text(ids)
+            print(f"{score:9.4f}  {shown}")
+        return 0
+    if objective == "seq2seq":
+        print(text(translate(config, params, source, None, tokens)[0]))
+        return 0
     tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
                     top_k=args.top_k, seed=args.seed)
     print(args.prompt + bytes(tokens).decode("utf-8", errors="replace"))
@@ -140,12 +169,15 @@ def _generate(args) -> int:
 def add_generate(commands) -> None:
     generate = add_command(commands, "generate", "sample text from a byte-level text run with "
                            "the KV cache", "Continue a prompt with a trained byte-level text run "
-                           "(data.task=text), decoding token by token with the KV cache. Prompt "
-                           "plus tokens must fit in model.max_length.")
+                           "(data.task=text), decoding token by token with the KV cache, or "
+                           "translate it with a seq2seq run (data.task=letters: greedy, the "
+                           "encoder once and a static cross-attention cache). Prompt plus tokens "
+                           "must fit in model.max_length. With --beams, the K best hypotheses "
+                           "with their length-penalised scores, best first.")
     generate.add_argument("workdir", metavar="RUN_DIR",
                           help="run directory of a byte-level text run")
     generate.add_argument("--prompt", required=True, metavar="TEXT",
-                          help="text to continue, e.g. \"def main(\"")
+                          help="text to continue (or, seq2seq, the source), e.g. \"def main(\"")
     generate.add_argument("--tokens", type=int, default=100, metavar="N",
                           help="number of bytes to generate after the prompt "
                           "(default: %(default)s)")
@@ -155,5 +187,10 @@ def add_generate(commands) -> None:
                           help="sample only among the K most likely tokens (default: all)")
     generate.add_argument("--seed", type=int, default=0,
                           help="random seed of the sampler (default: %(default)s)")
+    generate.add_argument("--beams", type=int, default=None, metavar="K",
+                          help="beam search of width K instead of sampling (default: sample)")
+    generate.add_argument("--length-penalty", type=float, default=0.6, metavar="A",
+                          help="beam search: scores are log P / ((5 + L) / 6)^A, GNMT's length "
+                          "penalty (default: %(default)s)")
     add_checkpoint(generate)
     generate.set_defaults(run=_generate)
