@@ -36,6 +36,8 @@ bench: $(STAMP)
 		model.max_length=8192 train.batch_size=1 model.attention.kernel=$$kernel \
 		--out benchmarks/results/memory-8192-$$kernel.json; done
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
+	$(BIN)/attnjax bench generate experiments/seq2seq.py model.d_model=128 \
+		--out benchmarks/results/translate.json
 	$(BIN)/attnjax bench eval experiments/baseline.py --out benchmarks/results/eval.json
 	$(BIN)/attnjax bench eval experiments/baseline.py model.d_model=256 model.max_length=256 \
 		data.length=256 --out benchmarks/results/eval-d256-T256.json

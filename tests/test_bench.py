@@ -16,13 +16,14 @@ from attnjax.bench.flops import model_flops_per_token, run_flops
 from attnjax.bench.generate import run_generate_benchmark
 from attnjax.bench.memory import train_step_memory
 from attnjax.bench.startup import run_startup_benchmark
+from attnjax.bench.translate import run_translation_benchmark
 from attnjax.config import apply_overrides
 from attnjax.generate import decode_step, empty_cache
 from attnjax.models.decoder import DecoderLM
 from attnjax.train import loop
 from attnjax.train.loop import PHASES
 from attnjax.train.state import init_params
-from helpers import TINY_INDUCTION, run_cli, tiny_config
+from helpers import TINY_INDUCTION, TINY_SEQ2SEQ, run_cli, tiny_config
 
 
 def test_attention_benchmark_measures_the_requested_dtype(tmp_path, capsys):
@@ -154,6 +155,22 @@ def test_generation_benchmark_rows(tmp_path, capsys):
     assert "cached step of token t" in text and "whole greedy generation" in text
     with pytest.raises(ValueError, match="--fills must be 2 or more"):
         run_generate_benchmark(config, lengths=[8], fills=[1, 4], loops=[])
+
+
+def test_translation_benchmark_rows(tmp_path, capsys):
+    config = tiny_config(TINY_SEQ2SEQ)
+    out = tmp_path / "translate.json"
+    rows = run_translation_benchmark(config, sources=(8, 24), beams=(1, 2), tokens=5,
+                                     repeats=1, out=str(out))
+    assert json.loads(out.read_text())["rows"] == rows
+    cross = [r for r in rows if r["kind"] == "cross cache"]
+    assert [r["source"] for r in cross] == [8, 24]
+    assert all(r["speedup"] == r["recompute_step_s"] / r["static_step_s"] > 0 for r in cross)
+    beams = [r for r in rows if r["kind"] == "beam"]
+    assert [r["beams"] for r in beams] == ["greedy", 1, 2] and beams[0]["vs_greedy"] == 1.0
+    assert all(r["per_token_s"] > 0 and r["source"] == 8 for r in beams)
+    text = capsys.readouterr().out
+    assert "per decoding step, 5 steps after BOS" in text and "vs greedy" in text
 
 
 def test_a_second_process_training_the_same_run_compiles_nothing(tmp_path, capsys):

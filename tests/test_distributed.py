@@ -19,7 +19,7 @@ from attnjax.config import Config, apply_overrides
 from attnjax.distributed import Cluster, cluster_from
 from attnjax.rundir import RunDir
 from attnjax.train import train
-from helpers import TINY_MLM, TINY_TEXT, deterministic, run_cli, subprocess_env
+from helpers import TINY_MLM, TINY_SEQ2SEQ, TINY_TEXT, deterministic, run_cli, subprocess_env
 
 # 60 steps, a log (and a sync of the two processes) every dispatch of 10, an evaluation and a
 # checkpoint at 30 and 60: every logged loss and the evaluation are compared with one
@@ -28,12 +28,14 @@ from helpers import TINY_MLM, TINY_TEXT, deterministic, run_cli, subprocess_env
 # compilation), so the steps are kept to what these comparisons need.
 LONG = {"train.steps": 60, "train.eval_every": 30, "train.checkpoint_every": 30,
         "train.log_every": 10, "train.steps_per_dispatch": 10}
-# Both data paths and both model families: the encoder's masked-language batches are made on
-# the device, the decoder's token file is read on the host.
+# Both data paths and the model families: the encoder's masked-language batches are made on
+# the device, the decoder's token file is read on the host, the encoder-decoder's reversal
+# batches (source and target) are made on the device.
 SETTINGS = {
     "device data": {**TINY_MLM, **LONG},
     "host data": {**TINY_TEXT, "data.task": "tokens", "data.vocab_size": 64,
                   "model.vocab_size": 64, "train.steps": 40},
+    "seq2seq": {**TINY_SEQ2SEQ, "train.steps": 20},
 }
 
 

@@ -23,6 +23,7 @@ from attnjax.sweep.ray_launcher import connect
 from attnjax.train import train
 from helpers import deterministic, run_cli, subprocess_env
 from test_encoder_commands import write_experiment as write_encoder_experiment
+from test_seq2seq_commands import write_experiment as write_seq2seq_experiment
 from test_sweep import KILLED, write_experiment
 
 
@@ -125,3 +126,20 @@ def test_ray_options_are_refused_for_other_launchers(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--address applies to --launcher ray, not vmap" in err
     assert not (tmp_path / "s").exists()
+
+
+def test_a_seq2seq_sweep_runs_on_the_ray_instance(tmp_path, ray_instance):
+    """Two seeds of the tiny encoder-decoder, Ray tasks joining the file's instance: the
+    family reaches Ray workers like any config and reports its own metrics."""
+    path = write_seq2seq_experiment(tmp_path / "seq2seq.py")
+    env = subprocess_env()
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "attnjax.cli", "sweep", str(path),
+                           "--workdir", str(tmp_path / "s"), "--launcher", "ray",
+                           "--cpus-per-run", "1", "--no-progress", "--address", ray_instance],
+                          env=env, text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((tmp_path / "s" / "sweep.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["finished", "finished"]
+    summary = RunDir(tmp_path / "s" / runs[0]["name"]).summary()["eval"]["12"]
+    assert 0 < summary["alignment"] <= 1

@@ -84,6 +84,11 @@ SECTIONS = {
               ("chosen", "chosen")]),
     "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
                  "prefix, and of a whole compiled generation against a Python loop.", None),
+    "translate": ("Encoder-decoder decoding", "Seconds per decoding step with the static "
+                  "cross-attention cache against recomputing the cross keys and values at "
+                  "every step, by source length; seconds per token of beam search against "
+                  "greedy decoding (`attnjax bench generate` on experiments/seq2seq.py at "
+                  "width 128).", None),
 }
 
 

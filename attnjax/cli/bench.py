@@ -43,8 +43,15 @@ def _memory(args) -> None:
 
 def _generate(args) -> None:
     from attnjax.bench.generate import run_generate_benchmark
-    run_generate_benchmark(_bench_config(args.overrides), args.lengths or (128, 256, 512, 1024),
-                           args.fills, batch=args.batch, out=args.out)
+    from attnjax.bench.translate import run_translation_benchmark
+    from attnjax.models import family
+    config = _bench_config(args.overrides)
+    if family(config.model).objective(config.model) == "seq2seq":
+        run_translation_benchmark(config, args.lengths or (64, 256, 1024), batch=args.batch,
+                                  out=args.out)
+        return
+    run_generate_benchmark(config, args.lengths or (128, 256, 512, 1024), args.fills,
+                           batch=args.batch, out=args.out)
 
 
 def _eval(args) -> None:
@@ -117,7 +124,8 @@ def add_bench(commands) -> None:
                        help="sweep: the launchers to time (default: all of %(choices)s)")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
                        help="attention: sequence lengths to measure (default: 1024 4096); "
-                       "generate: tokens n of the full forwards (default: 128 256 512 1024)")
+                       "generate: tokens n of the full forwards (default: 128 256 512 1024), "
+                       "or with a seq2seq config the source lengths (default: 64 256 1024)")
     bench.add_argument("--fills", type=int, nargs="+", default=[16, 64, 256, 1024],
                        metavar="T", help="generate: time the cached step of token t (t - 1 "
                        "cached) at each T, with model.max_length the largest T and equal to "

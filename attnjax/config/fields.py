@@ -20,6 +20,7 @@ valid values, before anything is traced, compiled or written.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -296,6 +297,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key, value = item.split("=", 1)
         pairs[key.strip()] = _parse_value(value.strip())
     return pairs
+
+
+def derive(config, **changes):
+    """A copy of the validated ``config`` with ``changes``, not validated again: for configs
+    derived inside a trace, whose fields may hold traced values (a vmapped hyperparameter)."""
+    new = copy.copy(config)
+    for name, value in changes.items():
+        object.__setattr__(new, name, value)
+    return new
 
 
 def apply_overrides(config, overrides: dict[str, Any] | list[str]):

@@ -150,8 +150,12 @@ class ModelConfig(Validated):
     classifier: Literal["none", "cls", "mean"] = "none"
     num_classes: int = number(2, ge=2, le=INT32, read_when=when("classifier", "cls", "mean"))
     # the seq2seq family's (attnjax.models.seq2seq): the encoder's blocks (None: num_layers,
-    # the decoder's); one token embedding for source, target and output, or one per stream
+    # the decoder's) and position encoding (None: position.kind, the decoder's); the
+    # cross-attention heads (None: attention.num_heads); one token embedding for source,
+    # target and output, or one per stream
     encoder_layers: int | None = number(None, ge=1, le=INT32)
+    encoder_position: str | None = choice(None, POSITIONS)
+    cross_heads: int | None = number(None, ge=1, le=INT32)
     share_embeddings: bool = True
     attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)

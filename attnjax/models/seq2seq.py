@@ -31,6 +31,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
+from attnjax.config.fields import derive
 from attnjax.config.kernel import kernel_request
 from attnjax.models.family import Family, scored_sums
 from attnjax.nn.attention import Dropout
@@ -45,13 +46,34 @@ def seq2seq_arguments(batch: dict) -> dict:
     return {key: batch[key] for key in ARGUMENTS if key in batch}
 
 
+SEQ2SEQ_FIELDS = ("encoder_layers", "encoder_position", "cross_heads", "share_embeddings")
+
+
 def encoder_config(config: ModelConfig) -> ModelConfig:
     """The encoder stack's config: the same fields, under the bidirectional ``encoder``
     family (so causality, windows and T5 buckets are bidirectional), ``encoder_layers``
-    blocks."""
-    return dataclasses.replace(config, family="encoder",
-                               num_layers=config.encoder_layers or config.num_layers,
-                               encoder_layers=None, share_embeddings=True)
+    blocks, ``encoder_position`` encoding (derived, so traced hyperparameters pass through;
+    the family's check validates it)."""
+    position = derive(config.position, kind=config.encoder_position or config.position.kind)
+    return derive(config, family="encoder", position=position,
+                  num_layers=config.encoder_layers or config.num_layers, **_unset(config))
+
+
+def cross_config(config: ModelConfig) -> ModelConfig:
+    """The cross-attention's config: ``cross_heads`` heads (each of width ``d_model /
+    cross_heads`` unless ``attention.head_dim`` is set), as many key/value heads, no
+    knockout; the rest as the self-attention's. A plain ``decoder``-family config of the same
+    fields (cross-attention reads its attention, width and dtype: no mask, no position)."""
+    heads = config.cross_heads or config.attention.num_heads
+    attention = derive(config.attention, num_heads=heads, knockout=(),
+                       num_kv_heads=None if config.cross_heads else config.attention.num_kv_heads)
+    return derive(config, family="decoder", attention=attention, **_unset(config))
+
+
+def _unset(config: ModelConfig) -> dict:
+    """The seq2seq fields at their defaults (a stack's config is a plain one)."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    return {name: fields[name].default for name in SEQ2SEQ_FIELDS}
 
 
 class SourceEncoder(nn.Module):
@@ -108,7 +130,7 @@ class Seq2SeqModel(nn.Module):
         x, _ = embed_tokens(self, cfg, inputs, positions, embed=embed)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         x, weights = stack_blocks(cfg, x, positions, head_gates=knockout_gates(cfg, head_gates),
-                                  cross_attention=True, deterministic=deterministic,
+                                  cross_attention=cross_config(cfg), deterministic=deterministic,
                                   decode=decode, return_weights=return_weights,
                                   source=encoded, source_mask=source_mask)
         logits = output_logits(cfg, embed, x).astype(jnp.float32)
@@ -147,12 +169,16 @@ def _check(config: ModelConfig):
         raise ValueError(f"model.attention.causal=False means nothing with family="
                          f"{config.family!r}: its decoder is causal to decode and its encoder "
                          "bidirectional")
-    encoder_config(config)          # the encoder stack's own refusals
-    kernel_request(config, padded=True, cross=True)   # batches carry the source's mask
+    heads = config.cross_heads
+    if heads and config.attention.head_dim is None and config.d_model % heads:
+        raise ValueError(f"model.cross_heads={heads} must divide d_model={config.d_model} (or "
+                         "set model.attention.head_dim)")
+    dataclasses.replace(encoder_config(config))            # validated: the stacks' refusals
+    kernel_request(dataclasses.replace(cross_config(config)), padded=True, cross=True)
 
 
 MODELS.register("seq2seq", Family(
     module=Seq2SeqModel, arguments=seq2seq_arguments, sums=seq2seq_sums, decodes=False,
-    reads=("encoder_layers", "share_embeddings"), check=_check,
+    reads=SEQ2SEQ_FIELDS, check=_check,
     objective=lambda config: "seq2seq", scores=seq2seq_scores,
     ratios=(("exact_match", "exact", "examples"), ("alignment", "aligned", "aligned_weight"))))

@@ -109,11 +109,11 @@ class FeedForward(nn.Module):
 
 class Block(nn.Module):
     """Pre-norm ``x + f(norm(x))`` or post-norm ``norm(x + f(x))`` for each sub-layer:
-    self-attention, then with ``cross_attention`` cross-attention over ``source`` (an
-    encoder's output; ``MultiHeadAttention(cross=True)``, norm ``cross_norm``), then the
-    MLP."""
+    self-attention, then with ``cross_attention`` (the cross-attention's own config, e.g.
+    its head count) cross-attention over ``source`` (an encoder's output;
+    ``MultiHeadAttention(cross=True)``, norm ``cross_norm``), then the MLP."""
     config: ModelConfig
-    cross_attention: bool = False
+    cross_attention: ModelConfig | None = None
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
@@ -123,8 +123,9 @@ class Block(nn.Module):
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
         sublayers = [("attention", MultiHeadAttention(cfg, name="attention"),
                       dict(kwargs, head_gates=head_gates, token_mask=token_mask))]
-        if self.cross_attention:
-            sublayers.append(("cross", MultiHeadAttention(cfg, cross=True, name="cross_attention"),
+        if self.cross_attention is not None:
+            sublayers.append(("cross", MultiHeadAttention(self.cross_attention, cross=True,
+                                                          name="cross_attention"),
                               dict(kwargs, source=source, source_mask=source_mask)))
         weights = {}
         for name, attention, arguments in sublayers:
@@ -143,7 +144,7 @@ class Block(nn.Module):
         else:
             x = make_norm(cfg, "mlp_norm")(x + drop(mlp(x)))
         self.sow("intermediates", "residual", x)       # the residual stream after the block
-        if self.cross_attention:
+        if self.cross_attention is not None:
             return x, (weights["attention"], weights["cross"])
         return x, weights["attention"]
 
@@ -184,11 +185,12 @@ def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions, embe
     return x, embed
 
 
-def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_attention=False,
+def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_attention=None,
                  num_layers=None, **kwargs):
     """``(x, weights)``: ``num_layers`` (default ``config.num_layers``) blocks (``block_i``,
-    ``head_gates[i]`` each) and, pre-norm, the final norm; ``weights`` one entry per layer
-    (``None`` without ``return_weights``; with ``cross_attention``, a pair: self, cross).
+    ``head_gates[i]`` each; ``cross_attention``: the config of a cross-attention sub-layer in
+    each) and, pre-norm, the final norm; ``weights`` one entry per layer (``None`` without
+    ``return_weights``; with ``cross_attention``, a pair: self, cross).
     ``kwargs``: the blocks' ``deterministic``, ``decode``, ``return_weights``, ``token_mask``
     and, with ``cross_attention``, ``source`` and ``source_mask``."""
     weights = []

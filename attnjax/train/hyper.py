@@ -16,12 +16,10 @@ every activation at every step (the whole program compiles out instead).
 
 from __future__ import annotations
 
-import copy
-
 import jax.numpy as jnp
 
 from attnjax.config import Config, apply_overrides, program_arguments
-from attnjax.config.fields import RATE, lookup
+from attnjax.config.fields import RATE, derive, lookup
 from attnjax.registry import SCALES
 
 # dotted field -> (dtype, canonical value), from the fields declared with ``argument=``; a
@@ -58,10 +56,8 @@ def as_arrays(configs: list[Config], stacked: bool) -> dict:
 
 
 def _replace(node, parts: list[str], value):
-    new = copy.copy(node)
     child = value if len(parts) == 1 else _replace(getattr(node, parts[0]), parts[1:], value)
-    object.__setattr__(new, parts[0], child)
-    return new
+    return derive(node, **{parts[0]: child})
 
 
 def inject(config: Config, traced: dict) -> Config:

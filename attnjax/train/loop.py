@@ -200,13 +200,10 @@ class _StopFlag:
 
 
 def _eval_record(results: dict, train_length: int) -> dict:
-    record = {"val_loss": results[train_length]["loss"],
-              "val_accuracy": results[train_length]["accuracy"]}
-    for length, r in results.items():
-        if length != train_length:
-            record[f"val_loss@{length}"] = r["loss"]
-            record[f"val_accuracy@{length}"] = r["accuracy"]
-    return record
+    """``val_<metric>`` at the training length and ``val_<metric>@<length>`` at the others, for
+    loss, accuracy and the family's own ratios (e.g. ``val_exact_match``)."""
+    return {f"val_{name}" + ("" if length == train_length else f"@{length}"): value
+            for length, r in results.items() for name, value in r.items()}
 
 
 def train(config: Config, workdir: str | Path, *, devices=None, progress: bool = True) -> dict:

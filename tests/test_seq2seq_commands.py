@@ -1,0 +1,48 @@
+"""What a user does with a decoder, on a tiny encoder–decoder: train and exact resume after
+SIGKILL, and a sweep on each in-process and worker launcher (Ray in test_ray.py, several
+processes in test_distributed.py) whose report shows exact match and alignment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import family_commands
+from attnjax.rundir import RunDir
+from helpers import TINY_SEQ2SEQ
+
+# 40 steps, 5 per dispatch: checkpoints at 20 and 40 (a kill after 20 resumes from it)
+SEQ2SEQ = {**TINY_SEQ2SEQ, "train.steps": 40, "train.steps_per_dispatch": 5,
+           "train.eval_every": 20, "train.checkpoint_every": 20, "train.log_every": 10}
+METRICS = ["val_exact_match", "val_alignment"]
+
+
+def write_experiment(path: Path, seeds=(0, 1)) -> Path:
+    """The tiny encoder-decoder experiment at ``path``, sweeping ``seeds``."""
+    return family_commands.write_experiment(path, SEQ2SEQ, METRICS, seeds)
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    return write_experiment(tmp_path_factory.mktemp("seq2seq") / "seq2seq.py")
+
+
+@pytest.fixture(scope="module")
+def trained(experiment, tmp_path_factory):
+    return family_commands.train_alone(experiment, tmp_path_factory.mktemp("trained") / "run")
+
+
+def test_a_seq2seq_run_resumes_bit_identically_after_sigkill(experiment, trained, tmp_path):
+    family_commands.check_resume_after_sigkill(experiment, trained, tmp_path / "run", SEQ2SEQ,
+                                               kill_after=25)
+    summary = RunDir(trained).summary()["eval"]["12"]
+    assert 0 <= summary["exact_match"] <= 1 and 0 < summary["alignment"] <= 1
+
+
+@pytest.mark.parametrize("launcher", ["sequential", "vmap", "processes"])
+def test_a_seq2seq_sweep_on_a_launcher_reports_and_compares(experiment, trained, launcher,
+                                                            tmp_path, capsys):
+    report = family_commands.check_sweep_on_launcher(experiment, trained, launcher, tmp_path,
+                                                     capsys)
+    assert all(metric in report for metric in METRICS)
