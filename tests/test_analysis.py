@@ -411,11 +411,17 @@ def test_byte_labels_and_truncation():
     assert V.token_labels([28, 3, 29], DataConfig(task="first_repeat", vocab_size=32)) == [
         "[PAD]", "3", "[CLS]"]
     w = np.zeros((60, 60))
-    cut, labels, title = V.truncate(w, [str(i) for i in range(60)], "L0 H1", 48)
-    assert cut.shape == (48, 48) and labels[-1] == "47"
+    cut, labels, keys, title = V.truncate(w, [str(i) for i in range(60)], "L0 H1", 48)
+    assert cut.shape == (48, 48) and labels[-1] == "47" and keys == labels
     assert title == "L0 H1 (first 48 of 60 tokens)"
     same = V.truncate(w[:10, :10], ["x"] * 10, "t", 48)
-    assert same[1:] == (["x"] * 10, "t") and same[0].shape == (10, 10)
+    assert same[1:] == (["x"] * 10, ["x"] * 10, "t") and same[0].shape == (10, 10)
+    # cross-attention: 60 target queries over 50 source keys, each axis labelled on its own
+    cut, labels, keys, title = V.truncate(w[:, :50], ["q"] * 60, "x", 48, ["k"] * 50)
+    assert cut.shape == (48, 48) and (labels, keys) == (["q"] * 48, ["k"] * 48)
+    assert title == "x (first 48 of 60 x 50 tokens)"
+    assert V.token_labels([9, 10, 3, 11], DataConfig(task="reversal", vocab_size=12)) == [
+        "PAD", "BOS", "3", "EOS"]
 
 
 def test_pictures_are_pngs(tmp_path, assert_png):

@@ -1,16 +1,20 @@
 """What a user does with a decoder, on a tiny encoder–decoder: train and exact resume after
-SIGKILL, and a sweep on each in-process and worker launcher (Ray in test_ray.py, several
-processes in test_distributed.py) whose report shows exact match and alignment."""
+SIGKILL, a sweep on each in-process and worker launcher (Ray in test_ray.py, several
+processes in test_distributed.py) whose report shows exact match and alignment, and the
+attention pictures with cross-attention and the encoder's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import chex
+import numpy as np
 import pytest
 
 import family_commands
+from attnjax.analysis.capture import model_arguments, probe_examples, stream_attention
 from attnjax.rundir import RunDir
-from helpers import TINY_SEQ2SEQ
+from helpers import TINY_SEQ2SEQ, run_cli
 
 # 40 steps, 5 per dispatch: checkpoints at 20 and 40 (a kill after 20 resumes from it)
 SEQ2SEQ = {**TINY_SEQ2SEQ, "train.steps": 40, "train.steps_per_dispatch": 5,
@@ -46,3 +50,19 @@ def test_a_seq2seq_sweep_on_a_launcher_reports_and_compares(experiment, trained,
     report = family_commands.check_sweep_on_launcher(experiment, trained, launcher, tmp_path,
                                                      capsys)
     assert all(metric in report for metric in METRICS)
+
+
+def test_attention_pictures_show_cross_and_encoder_attention(trained, tmp_path, capsys,
+                                                            assert_png):
+    code, out, err = run_cli(capsys, "attention", str(trained), "--out", str(tmp_path))
+    assert code == 0, err
+    for name in ("L0H0", "cross_L0H1", "cross_grid", "encoder_L0H0", "encoder_grid"):
+        assert_png(tmp_path / f"{name}.png")
+    config, params, _ = RunDir(trained).params()
+    probe = probe_examples(config)
+    cross = stream_attention(config, params, probe["inputs"], model_arguments(config, probe))
+    assert set(cross) == {"cross", "encoder"}
+    weights, real = cross["cross"], probe["source_mask"][None, :, None, None, :]
+    chex.assert_shape(weights, (1, 4, 2, 12, 12))            # layers, B, heads, T, S
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)   # every target row
+    assert (weights[np.broadcast_to(~real, weights.shape)] == 0).all()   # pads never seen

@@ -17,7 +17,7 @@ from attnjax.config import Config
 from attnjax.data import load_dataset
 from attnjax.data.encoder import special_tokens
 from attnjax.models import family
-from attnjax.models.probe import capture, stream_cosines
+from attnjax.models.probe import capture, stream_cosines, stream_weights
 from attnjax.registry import TASKS
 
 
@@ -79,6 +79,19 @@ def attention_weights(config: Config, params, tokens, arguments=None) -> np.ndar
 @functools.lru_cache(maxsize=16)
 def _compiled_weights(model_config):
     return jax.jit(lambda p, t, a: capture(model_config, p, t, a)[0])
+
+
+def stream_attention(config: Config, params, tokens, arguments=None) -> dict[str, np.ndarray]:
+    """``models.probe.stream_weights`` of a probe: an encoder–decoder's ``cross`` (target
+    queries over source keys) and ``encoder`` weights, stream -> ``[layers, B, heads, T, S]``;
+    empty for the other families."""
+    out = _compiled_streams(config.model)(params, jnp.asarray(tokens), arguments or {})
+    return {name: np.asarray(value, np.float32) for name, value in out.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_streams(model_config):
+    return jax.jit(functools.partial(stream_weights, model_config))
 
 
 def layer_cosines(config: Config, params, tokens, arguments=None) -> dict[str, np.ndarray]:

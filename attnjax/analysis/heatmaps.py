@@ -15,12 +15,14 @@ import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
 from attnjax.analysis.capture import (attention_weights, layer_cosines, model_arguments,
-                                      probe_examples)
+                                      probe_examples, stream_attention)
 from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
 from attnjax.analysis.occlusion import occlusion_agreement, plot_occlusion
 from attnjax.config import apply_overrides
 from attnjax.data.encoder import SPECIAL_TOKENS, special_tokens
+from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
+from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
 
@@ -36,49 +38,61 @@ def byte_label(byte: int) -> str:
     return char if 32 < byte < 127 else f"\\x{byte:02x}"
 
 
+BYTE_TASKS = ("text", "mlm", "letters")          # byte-level data: tokens are bytes
+
+
 def token_labels(tokens, data) -> list[str]:
     """Axis labels for token ids of ``data`` (a ``DataConfig``): bytes made visible
-    (``byte_label``) for byte-level text, else the ids as text; the special tokens of an
-    encoder's data by name (``[CLS]``, ``[SEP]``, ...)."""
-    byte_level = data.task in ("text", "mlm")
+    (``byte_label``) for byte-level text, else the ids as text; the special tokens by name
+    (an encoder's ``[CLS]``, ``[SEP]``, ...; an encoder–decoder's ``PAD``, ``BOS``, ``EOS``)."""
+    byte_level = data.task in BYTE_TASKS
+    task = TASKS.get(data.task)
     names = {}
-    if TASKS.get(data.task).objective != "next_token":
-        specials = special_tokens(TASKS.get(data.task).vocab(data))
-        names = dict(zip(specials, SPECIAL_TOKENS, strict=True))
+    if task.objective == "seq2seq":
+        names = dict(zip(seq2seq_specials(task.vocab(data)), SEQ2SEQ_TOKENS, strict=True))
+    elif task.objective != "next_token":
+        names = dict(zip(special_tokens(task.vocab(data)), SPECIAL_TOKENS, strict=True))
     return [names.get(int(t)) or (byte_label(int(t)) if byte_level else str(int(t)))
             for t in np.asarray(tokens)]
 
 
-def truncate(weights, labels: list[str], title: str, max_tokens: int):
-    """``(weights, labels, title)`` cut to the first ``max_tokens`` queries and keys, the cut
-    stated in the title; unchanged when ``T <= max_tokens``."""
+def truncate(weights, labels: list[str], title: str, max_tokens: int, key_labels=None):
+    """``(weights, labels, key_labels, title)`` cut to the first ``max_tokens`` queries and
+    keys, the cut stated in the title; unchanged when neither axis is longer. ``key_labels``
+    (default ``labels``): the keys' when they are another sequence's."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    T = np.shape(weights)[-1]
-    if len(labels) != T:
-        raise ValueError(f"labels has {len(labels)} entries but the weights have T={T}")
-    if T <= max_tokens:
-        return weights, labels, title
-    return (weights[..., :max_tokens, :max_tokens], labels[:max_tokens],
-            f"{title} (first {max_tokens} of {T} tokens)")
+    key_labels = labels if key_labels is None else key_labels
+    T, S = np.shape(weights)[-2:]
+    if len(labels) != T or len(key_labels) != S:
+        raise ValueError(f"labels have {len(labels)} and {len(key_labels)} entries but the "
+                         f"weights have T={T} queries and S={S} keys")
+    if max(T, S) <= max_tokens:
+        return weights, labels, key_labels, title
+    size = f"{T}" if T == S else f"{T} x {S}"
+    return (weights[..., :max_tokens, :max_tokens], labels[:max_tokens], key_labels[:max_tokens],
+            f"{title} (first {max_tokens} of {size} tokens)")
 
 
-def plot_attention(weights, token_labels: list[str], title: str, path, max_tokens: int = 48):
-    """Heatmap of one head's weights ``[T, T]`` (rows: queries, columns: keys), viridis on
+def plot_attention(weights, token_labels: list[str], title: str, path, max_tokens: int = 48,
+                   key_labels: list[str] | None = None):
+    """Heatmap of one head's weights ``[T, S]`` (rows: queries, columns: keys; ``key_labels``
+    when the keys are another sequence's, as in cross-attention, else ``S = T``), viridis on
     [0, 1], labelled with the tokens; inputs longer than ``max_tokens`` are truncated."""
     weights = np.asarray(weights, np.float32)
-    if weights.ndim != 2 or weights.shape[0] != weights.shape[1]:
-        raise ValueError(f"weights must be [T, T], got shape {weights.shape}")
-    weights, labels, title = truncate(weights, list(token_labels), title, max_tokens)
-    T = len(labels)
-    side = max(4.0, 0.16 * T + 1.6)
-    fig, ax = subplots(figsize=(side + 1.0, side))
+    if weights.ndim != 2 or (key_labels is None and weights.shape[0] != weights.shape[1]):
+        raise ValueError(f"weights must be [T, T] (or [T, S] with key_labels), got shape "
+                         f"{weights.shape}")
+    weights, labels, keys, title = truncate(weights, list(token_labels), title, max_tokens,
+                                            None if key_labels is None else list(key_labels))
+    T, S = len(labels), len(keys)
+    fig, ax = subplots(figsize=(max(4.0, 0.16 * S + 1.6) + 1.0, max(4.0, 0.16 * T + 1.6)))
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-    fontsize = 8 if T <= 32 else 7
-    ax.set_xticks(range(T), labels, rotation=90, fontsize=fontsize)
+    fontsize = 8 if max(T, S) <= 32 else 7
+    ax.set_xticks(range(S), keys, rotation=90, fontsize=fontsize)
     ax.set_yticks(range(T), labels, fontsize=fontsize)
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query")
+    ax.set_xlabel("key (attended to)" if key_labels is None else "source token (key)")
+    ax.set_ylabel("query" if key_labels is None else "target token (query)")
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03, label="attention weight")
     fig.tight_layout()
@@ -86,16 +100,16 @@ def plot_attention(weights, token_labels: list[str], title: str, path, max_token
 
 
 def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
-    """Every head's weights ``[layers, heads, T, T]``: rows are layers, columns heads, each panel
-    titled ``L{l} H{h}``, one colour scale [0, 1]."""
+    """Every head's weights ``[layers, heads, T, S]``: rows are layers, columns heads, each
+    panel titled ``L{l} H{h}``, one colour scale [0, 1]."""
     weights = np.asarray(weights, np.float32)
-    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must be [layers, heads, T, T], got shape {weights.shape}")
-    T = weights.shape[-1]
-    weights, _, title = truncate(weights, [""] * T, title, max_tokens)
+    if weights.ndim != 4:
+        raise ValueError(f"weights must be [layers, heads, T, S], got shape {weights.shape}")
+    T, S = weights.shape[-2:]
+    weights, _, _, title = truncate(weights, [""] * T, title, max_tokens, [""] * S)
     L, N = weights.shape[:2]
-    fig, axes = subplots(L, N, figsize=(1.9 * N + 0.9, 1.9 * L + 0.5), squeeze=False,
-                         layout="constrained")
+    fig, axes = subplots(L, N, figsize=(max(1.9 * N + 0.9, 4.5), max(1.9 * L + 0.5, 3.2)),
+                         squeeze=False, layout="constrained")
     for layer in range(L):
         for head in range(N):
             ax = axes[layer, head]
@@ -191,13 +205,39 @@ def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: in
             f"({draws} draws per key).")
 
 
+def _stream_pictures(config, params, probe: dict, out: Path, name: str, max_tokens: int):
+    """An encoder–decoder's other attention, example 0 cut to its real tokens:
+    ``cross_L{l}H{h}.png`` (target tokens over source tokens) and ``cross_grid.png``, and the
+    encoder's self-attention ``encoder_L{l}H{h}.png`` and ``encoder_grid.png``; nothing for
+    the other families."""
+    streams = stream_attention(config, params, probe["inputs"], model_arguments(config, probe))
+    if not streams:
+        return
+    target = int((probe["weights"][0] > 0).sum())          # BOS and the target tokens
+    source = int(probe["source_mask"][0].sum())
+    queries = token_labels(probe["inputs"][0][:target], config.data)
+    keys = token_labels(probe["source"][0][:source], config.data)
+    shown = {"cross": (queries, keys, "cross-attention"),
+             "encoder": (keys, keys, "encoder self-attention")}
+    for stream, weights in streams.items():
+        rows, cols, what = shown[stream]
+        weights = weights[:, 0, :, :len(rows), :len(cols)]
+        for layer in range(weights.shape[0]):
+            for head in range(weights.shape[1]):
+                plot_attention(weights[layer, head], rows, f"{name}: {what} L{layer} H{head}",
+                               out / f"{stream}_L{layer}H{head}.png", max_tokens=max_tokens,
+                               key_labels=cols)
+        plot_head_grid(weights, out / f"{stream}_grid.png", f"{name}: {what}, example 0")
+
+
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
                            which: str = "best", max_tokens: int = 64,
                            length: int | None = None, overrides=(),
                            occlusion: bool = False, draws: int = 8) -> str:
     """Attention pictures and per-head statistics of a run's checkpoint (``which``: best or
     latest) on a probe (``text`` for byte-level runs, else the first ``batch`` validation
-    examples, default 4): ``L{l}H{h}.png`` per head and ``grid.png`` for example 0,
+    examples, default 4): ``L{l}H{h}.png`` per head and ``grid.png`` for example 0 (and an
+    encoder–decoder's cross-attention and encoder pictures, ``_stream_pictures``),
     ``head_stats.md`` / ``head_stats.csv`` over the whole probe, ``head_stats.md`` led by a
     per-layer table (``format_layer_table``). ``length``: the probe's length (default the
     training length; longer probes show the heads beyond it); ``overrides``: dotted
@@ -232,6 +272,7 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
             plot_attention(weights[layer, head], labels, f"{name}: L{layer} H{head}",
                            out / f"L{layer}H{head}.png", max_tokens=max_tokens)
     plot_head_grid(weights, out / "grid.png", f"{name}: attention, example 0")
+    _stream_pictures(config, params, probe, out, name, max_tokens)
     stats = head_statistics(config, params, tokens, arguments)
     layers = format_layer_table(layer_cosines(config, params, tokens, arguments),
                                 stats["norm_entropy"])

@@ -31,6 +31,16 @@ def capture(model: ModelConfig, params, tokens, arguments=None) -> tuple[jax.Arr
     return weights, sown_by_layer(state["intermediates"], model.num_layers)
 
 
+def stream_weights(model: ModelConfig, params, tokens, arguments=None) -> dict[str, jax.Array]:
+    """The attention weights a family returns besides its main self-attention's, by stream
+    (``aux`` ``<stream>_weights``; an encoder–decoder's ``cross`` ``[layers, B, heads, T, S]``
+    and ``encoder`` ``[layers, B, heads, S, S]``), float32; empty for the other families."""
+    (_, aux), _ = build(model).apply({"params": params}, tokens, **(arguments or {}),
+                                     return_weights=True, mutable=["intermediates"])
+    return {name.removesuffix("_weights"): jnp.stack([w.astype(jnp.float32) for w in weights])
+            for name, weights in aux.items() if name != "attn_weights" and weights}
+
+
 def head_stat_arrays(model: ModelConfig, params, tokens, arguments=None) -> dict[str, jax.Array]:
     """The weight, induction and q/k statistics of every head, name -> ``[layers, heads]``,
     over the entries each query sees (``nn.slots.visible_keys``: causal or bidirectional, the
