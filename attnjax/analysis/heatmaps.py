@@ -23,6 +23,7 @@ from attnjax.config import apply_overrides
 from attnjax.data.encoder import SPECIAL_TOKENS, special_tokens
 from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
 from attnjax.data.seq2seq import seq2seq_specials
+from attnjax.ops import stats as stats_ops
 from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
 
@@ -205,14 +206,18 @@ def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: in
             f"({draws} draws per key).")
 
 
-def _stream_pictures(config, params, probe: dict, out: Path, name: str, max_tokens: int):
+def _stream_pictures(config, params, probe: dict, out: Path, name: str,
+                     max_tokens: int) -> str | None:
     """An encoder–decoder's other attention, example 0 cut to its real tokens:
     ``cross_L{l}H{h}.png`` (target tokens over source tokens) and ``cross_grid.png``, and the
-    encoder's self-attention ``encoder_L{l}H{h}.png`` and ``encoder_grid.png``; nothing for
-    the other families."""
+    encoder's self-attention ``encoder_L{l}H{h}.png`` and ``encoder_grid.png``; and
+    ``cross_heads.md``, the table it returns: per cross-attention head over the whole probe,
+    its alignment (``ops.stats.argmax_hits``: the share of target tokens whose
+    largest weight is on the gold source position, where the data has one), normalised
+    entropy and largest weight over the real source tokens. None for the other families."""
     streams = stream_attention(config, params, probe["inputs"], model_arguments(config, probe))
     if not streams:
-        return
+        return None
     target = int((probe["weights"][0] > 0).sum())          # BOS and the target tokens
     source = int(probe["source_mask"][0].sum())
     queries = token_labels(probe["inputs"][0][:target], config.data)
@@ -228,6 +233,17 @@ def _stream_pictures(config, params, probe: dict, out: Path, name: str, max_toke
                                out / f"{stream}_L{layer}H{head}.png", max_tokens=max_tokens,
                                key_labels=cols)
         plot_head_grid(weights, out / f"{stream}_grid.png", f"{name}: {what}, example 0")
+    cross = streams["cross"]
+    visible = ((probe["weights"] > 0)[:, None, :, None]
+               & probe["source_mask"].astype(bool)[:, None, None, :])
+    stats = {"norm_entropy": stats_ops.normalized_entropy(cross, visible),
+             "max_weight": stats_ops.max_weight(cross, visible)}
+    if "alignment" in probe:
+        hits, count = stats_ops.argmax_hits(cross, probe["alignment"], probe["weights"] > 0)
+        stats = {"alignment": hits / max(float(count), 1.0), **stats}
+    table = format_head_table({k: np.asarray(v) for k, v in stats.items()})
+    (out / "cross_heads.md").write_text(f"# Cross-attention heads: {name}\n\n{table}\n")
+    return table
 
 
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
@@ -272,7 +288,7 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
             plot_attention(weights[layer, head], labels, f"{name}: L{layer} H{head}",
                            out / f"L{layer}H{head}.png", max_tokens=max_tokens)
     plot_head_grid(weights, out / "grid.png", f"{name}: attention, example 0")
-    _stream_pictures(config, params, probe, out, name, max_tokens)
+    cross = _stream_pictures(config, params, probe, out, name, max_tokens)
     stats = head_statistics(config, params, tokens, arguments)
     layers = format_layer_table(layer_cosines(config, params, tokens, arguments),
                                 stats["norm_entropy"])
@@ -282,7 +298,7 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
                                        f"T={tokens.shape[1]}\n\n## Per layer\n\n{layers}\n\n"
                                        f"## Per head\n\n{table}\n")
     write_stats_csv(stats, out / "head_stats.csv")
-    parts = [layers]
+    parts = [layers] + ([cross] if cross else [])
     if occlusion:
         parts.append(_occlusion_part(config, params, probe, out, name, draws))
     return "\n\n".join([*parts, table])

@@ -37,6 +37,7 @@ from attnjax.models.family import Family, scored_sums
 from attnjax.nn.attention import Dropout
 from attnjax.nn.transformer import (decoding_positions, embed_tokens, knockout_gates,
                                     output_logits, stack_blocks, token_embedding)
+from attnjax.ops.stats import argmax_hits
 from attnjax.registry import MODELS
 
 ARGUMENTS = ("source", "source_mask")   # what a batch hands the model besides its inputs
@@ -152,16 +153,13 @@ def seq2seq_sums(logits, batch: dict) -> dict:
 
 
 def seq2seq_scores(logits, aux, batch: dict) -> dict:
-    """``aligned`` ``[layers, heads]``: per cross-attention head, the target tokens whose
-    largest cross-attention weight is on their gold source position (``alignment``), over
+    """``aligned`` ``[layers, heads]``: per cross-attention head, the target tokens whose largest
+    weight is on their gold source position (``ops.stats.argmax_hits`` of ``alignment``), over
     ``aligned_weight``, the target tokens that have one; the evaluation reports the best
     head's share as ``alignment``."""
-    gold = batch["alignment"]
-    has = (gold >= 0) & (batch["weights"] > 0)
-    cross = jnp.stack(aux["cross_weights"])                     # [L, B, N, T, S]
-    hit = (cross.argmax(-1) == gold[None, :, None, :]) & has[None, :, None, :]
-    return {"aligned": hit.sum((1, 3)).astype(jnp.float32),
-            "aligned_weight": has.sum().astype(jnp.float32)}
+    hits, count = argmax_hits(jnp.stack(aux["cross_weights"]), batch["alignment"],
+                              batch["weights"] > 0)
+    return {"aligned": hits, "aligned_weight": count}
 
 
 def _check(config: ModelConfig):

@@ -372,6 +372,16 @@ def attention_to(w, keys, visible=None) -> jax.Array:
     return _mean_rows(mass, counted_rows(shown))
 
 
+def argmax_hits(w, gold, counted) -> tuple[jax.Array, jax.Array]:
+    """``(hits [layers, heads], count)``: the rows whose largest weight (``w`` ``[layers, B,
+    heads, T, S]``) is on their gold key ``gold`` ``[B, T]`` (``-1``: none), among the rows
+    ``counted`` ``[B, T]`` with a gold key, and how many such rows there are (e.g. the
+    alignment of a cross-attention head with the source positions a target copies)."""
+    has = counted & (gold >= 0)
+    hit = (w.argmax(-1) == gold[None, :, None, :]) & has[None, :, None, :]
+    return hit.sum((1, 3)).astype(jnp.float32), has.sum().astype(jnp.float32)
+
+
 def weight_statistics(w, visible=None) -> dict[str, jax.Array]:
     """The statistics of ``w`` (under ``visible``) alone, keyed by the names in
     ``WEIGHT_STATS``."""
