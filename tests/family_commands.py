@@ -70,9 +70,9 @@ def check_resume_after_sigkill(experiment: Path, trained: Path, workdir: Path,
 
 
 def check_sweep_on_launcher(experiment: Path, trained: Path, launcher: str, tmp_path: Path,
-                            capsys) -> str:
+                            capsys) -> tuple[str, str]:
     """A two-seed sweep on ``launcher``: both finish, seed 0 equals ``trained`` (vmapped: up
-    to float32 summation order), ``report`` and ``compare`` run; the report's output."""
+    to float32 summation order), ``report`` and ``compare`` run; their outputs."""
     sweep = tmp_path / "sweep"
     record = run_sweep(experiment, sweep, launcher=launcher, progress=False, log=lambda *_: None)
     assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
@@ -84,7 +84,7 @@ def check_sweep_on_launcher(experiment: Path, trained: Path, launcher: str, tmp_
             np.testing.assert_allclose(a[key], b[key], rtol=2e-6, atol=1e-7, err_msg=key)
     code, report, err = run_cli(capsys, "report", str(sweep))
     assert code == 0, err
-    code, _, err = run_cli(capsys, "compare", str(trained), str(seed0), "--out",
-                           str(tmp_path / "compare"))
+    code, compared, err = run_cli(capsys, "compare", str(trained), str(seed0), "--out",
+                                  str(tmp_path / "compare"))
     assert code == 0, err
-    return report
+    return report, compared

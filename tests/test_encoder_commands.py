@@ -77,8 +77,8 @@ def test_generate_refuses_an_encoder(trained, capsys):
 @pytest.mark.parametrize("launcher", ["sequential", "vmap", "processes"])
 def test_an_encoder_sweep_on_a_launcher_reports_and_compares(experiment, trained, launcher,
                                                              tmp_path, capsys):
-    report = family_commands.check_sweep_on_launcher(experiment, trained, launcher, tmp_path,
-                                                     capsys)
+    report, _ = family_commands.check_sweep_on_launcher(experiment, trained, launcher,
+                                                        tmp_path, capsys)
     assert all(metric in report for metric in METRICS)
 
 

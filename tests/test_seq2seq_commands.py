@@ -47,9 +47,13 @@ def test_a_seq2seq_run_resumes_bit_identically_after_sigkill(experiment, trained
 @pytest.mark.parametrize("launcher", ["sequential", "vmap", "processes"])
 def test_a_seq2seq_sweep_on_a_launcher_reports_and_compares(experiment, trained, launcher,
                                                             tmp_path, capsys):
-    report = family_commands.check_sweep_on_launcher(experiment, trained, launcher, tmp_path,
-                                                     capsys)
+    report, compared = family_commands.check_sweep_on_launcher(experiment, trained, launcher,
+                                                               tmp_path, capsys)
     assert all(metric in report for metric in METRICS)
+    # seed 0 against itself: the family's metrics, each with no difference
+    for name in ("exact_match", "alignment"):
+        line = next(x for x in compared.splitlines() if x.startswith(f"val {name} @ length 12"))
+        assert line.endswith("(B - A = +0.0000)"), line
 
 
 def test_attention_pictures_show_cross_and_encoder_attention(trained, tmp_path, capsys,

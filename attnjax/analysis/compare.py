@@ -306,7 +306,11 @@ def _stats(result: dict) -> dict:
     train_length = str(a.config.data.length)
     pick = [e for e in evals if e[0] == train_length] or evals
     if pick:
-        stats["val"] = (pick[0][0], pick[0][1]["loss"], pick[0][2]["loss"])
+        length, ea, eb = pick[0]
+        stats["val"] = (length, ea["loss"], eb["loss"])
+        # the family's own metrics (e.g. an encoder-decoder's exact_match and alignment)
+        stats["scores"] = [(name, ea[name], eb[name]) for name in ea
+                           if name not in ("loss", "accuracy") and name in eb]
     return stats
 
 
@@ -341,6 +345,9 @@ def _summary_lines(result: dict, which: str) -> list[str]:
         length, la, lb = s["val"]
         lines.append(f"val loss @ length {length}: {a.label} {la:.4f}, {b.label} {lb:.4f} "
                      f"(B - A = {lb - la:+.4f})")
+        for name, va, vb in s.get("scores", ()):
+            lines.append(f"val {name} @ length {length}: {a.label} {va:.4f}, {b.label} "
+                         f"{vb:.4f} (B - A = {vb - va:+.4f})")
     return lines
 
 
