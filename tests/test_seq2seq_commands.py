@@ -72,7 +72,9 @@ def test_attention_pictures_show_cross_and_encoder_attention(trained, tmp_path, 
     assert (weights[np.broadcast_to(~real, weights.shape)] == 0).all()   # pads never seen
     # the per-head alignment of cross_heads.md, counted by hand from those weights
     scored = (probe["weights"] > 0) & (probe["alignment"] >= 0)
-    rows = (tmp_path / "cross_heads.md").read_text().splitlines()[4:]
+    text = (tmp_path / "cross_heads.md").read_text()
+    assert "## Encoder self-attention heads" in text and "| L0.H1 | " in text.split("Encoder")[1]
+    rows = text.splitlines()[6:]
     for head in range(2):
         hits = (weights[0, :, head].argmax(-1) == probe["alignment"])[scored].mean()
         assert rows[head].startswith(f"| L0.H{head} | {hits:.4g} |"), (rows[head], hits)

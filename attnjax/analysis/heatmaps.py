@@ -211,10 +211,12 @@ def _stream_pictures(config, params, probe: dict, out: Path, name: str,
     """An encoder–decoder's other attention, example 0 cut to its real tokens:
     ``cross_L{l}H{h}.png`` (target tokens over source tokens) and ``cross_grid.png``, and the
     encoder's self-attention ``encoder_L{l}H{h}.png`` and ``encoder_grid.png``; and
-    ``cross_heads.md``, the table it returns: per cross-attention head over the whole probe,
-    its alignment (``ops.stats.argmax_hits``: the share of target tokens whose
-    largest weight is on the gold source position, where the data has one), normalised
-    entropy and largest weight over the real source tokens. None for the other families."""
+    ``cross_heads.md``, the tables it returns, over the whole probe: per cross-attention head
+    its alignment (``ops.stats.argmax_hits``: the share of target tokens whose largest weight
+    is on the gold source position, where the data has one), normalised entropy and largest
+    weight over the real source tokens; per encoder head the weight statistics
+    (``ops.stats.weight_statistics``) over the real source tokens. None for the other
+    families."""
     streams = stream_attention(config, params, probe["inputs"], model_arguments(config, probe))
     if not streams:
         return None
@@ -233,17 +235,22 @@ def _stream_pictures(config, params, probe: dict, out: Path, name: str,
                                out / f"{stream}_L{layer}H{head}.png", max_tokens=max_tokens,
                                key_labels=cols)
         plot_head_grid(weights, out / f"{stream}_grid.png", f"{name}: {what}, example 0")
+    real = probe["source_mask"].astype(bool)
     cross = streams["cross"]
-    visible = ((probe["weights"] > 0)[:, None, :, None]
-               & probe["source_mask"].astype(bool)[:, None, None, :])
+    visible = (probe["weights"] > 0)[:, None, :, None] & real[:, None, None, :]
     stats = {"norm_entropy": stats_ops.normalized_entropy(cross, visible),
              "max_weight": stats_ops.max_weight(cross, visible)}
     if "alignment" in probe:
         hits, count = stats_ops.argmax_hits(cross, probe["alignment"], probe["weights"] > 0)
         stats = {"alignment": hits / max(float(count), 1.0), **stats}
-    table = format_head_table({k: np.asarray(v) for k, v in stats.items()})
-    (out / "cross_heads.md").write_text(f"# Cross-attention heads: {name}\n\n{table}\n")
-    return table
+    encoder = stats_ops.weight_statistics(streams["encoder"],
+                                          real[:, None, :, None] & real[:, None, None, :])
+    tables = [format_head_table({k: np.asarray(v) for k, v in group.items()})
+              for group in (stats, encoder)]
+    text = (f"## Cross-attention heads\n\n{tables[0]}\n\n"
+            f"## Encoder self-attention heads\n\n{tables[1]}")
+    (out / "cross_heads.md").write_text(f"# Encoder-decoder heads: {name}\n\n{text}\n")
+    return text
 
 
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
