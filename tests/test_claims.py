@@ -86,7 +86,13 @@ def test_claims_that_time_are_measured_alone(claim):
 
 
 @pytest.mark.parametrize("claim", OP_LEVEL, ids=ids)
-def test_op_level_claim_measures_and_judges(claim):
+def test_op_level_claim_measures_and_judges(claim, monkeypatch):
+    """Each op-level measurement runs and its verdict judges the results; a claim's
+    ``TEST_SIZE`` (module attributes -> values) runs the same code on less (fewer lengths,
+    regimes or timing rounds) here, the audit at full size."""
+    for name, value in getattr(claim.module, "TEST_SIZE", {}).items():
+        assert hasattr(claim.module, name), f"{claim.id}: TEST_SIZE names no attribute {name}"
+        monkeypatch.setattr(claim.module, name, value)
     results = claim.measure()
     json.dumps(results)                          # results are stored as JSON
     verdicts = claim.verdicts(results)

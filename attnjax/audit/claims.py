@@ -11,7 +11,9 @@ results on both sides of the criterion: ``[(results, {part: word})]``, which the
   named the same in two claims are one run), ``get_sweep()`` (override dicts, as any
   experiment) and ``measure(runs: Runs) -> results`` on the trained runs;
 
-and optionally ``plot(results, out_dir) -> list[Path]``. Results are JSON-able dicts.
+and optionally ``plot(results, out_dir) -> list[Path]``, and for an op-level claim
+``TEST_SIZE`` (module attribute -> value: fewer lengths, regimes or timing rounds), with which
+the test suite runs the same measurement on less. Results are JSON-able dicts.
 """
 
 from __future__ import annotations

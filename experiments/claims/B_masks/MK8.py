@@ -64,12 +64,16 @@ MASKS = {"causal": {},
 PLANT = (0, 0, 5, 3)                 # batch, head, query, key
 
 
-def model_settings() -> list[dict]:
-    """The base setting, then each factor changed alone."""
-    changes = ([{"dtype": d} for d in ("bfloat16", "float16")]
+def model_settings(changes: int | None = None) -> list[dict]:
+    """The base setting, then each factor changed alone (the first ``changes`` of them)."""
+    changed = ([{"dtype": d} for d in ("bfloat16", "float16")]
                + [{"qk_norm": n} for n in QK_NORMS.names() if n != "none"]
                + [{"use_bias": True}])
-    return [BASE] + [{**BASE, **c} for c in changes]
+    return [BASE] + [{**BASE, **c} for c in changed[:changes]]
+
+
+CHANGES = None                            # every factor
+TEST_SIZE = {"CHANGES": 1}                # the suite: the base and one change
 
 
 def config(setting: dict, mask: str) -> ModelConfig:
@@ -150,7 +154,7 @@ def _name(setting: dict) -> str:
 
 def measure() -> dict:
     zero, fixed = {}, {}
-    runs = [("MultiHeadAttention", s) for s in model_settings()] + [("DecoderLM", BASE)]
+    runs = [("MultiHeadAttention", s) for s in model_settings(CHANGES)] + [("DecoderLM", BASE)]
     for module, setting in runs:
         for mask in MASKS:
             name, cfg = f"{module} {_name(setting)} {mask}", config(setting, mask)

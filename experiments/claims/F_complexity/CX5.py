@@ -48,6 +48,7 @@ CRITERION = ("(a) log-log slope in [2.5, 3.5]; (b) time at t = 1024 <= 1.5x that
              "both layouts")
 LENGTHS, FILLS, ROUNDS = (128, 256, 512, 1024), (16, 1024), {"forward": 9, "step": 90}
 BLOCKS = 3
+TEST_SIZE = {"ROUNDS": {"forward": 1, "step": 3}, "BLOCKS": 1}   # the suite: few calls
 LAYOUTS = {"max_length=1024": ("max_length=1024 16", "max_length=1024 1024"),
            "max_length=t": ("max_length=t 16", "max_length=1024 1024")}   # t=1024: same program
 SLOPE, CONSTANT = (2.5, 3.5), 1.5
