@@ -201,12 +201,13 @@ def test_a_tiny_model_learns_reversal_and_its_cross_attention_aligns(tmp_path):
     config = tiny_config(TINY_SEQ2SEQ, **{
         "model.d_model": 32, "model.num_layers": 2, "model.attention.num_heads": 4,
         "data.length": 8, "data.vocab_size": 10, "model.vocab_size": 10,
-        "train.batch_size": 32, "train.learning_rate": 3e-3, "train.steps": 300,
-        "train.warmup_steps": 50, "train.eval_every": 300, "train.checkpoint_every": 300,
+        "train.batch_size": 32, "train.learning_rate": 3e-3, "train.steps": 500,
+        "train.warmup_steps": 50, "train.eval_every": 500, "train.checkpoint_every": 500,
         "train.eval_batches": 2, "train.eval_batch_size": 64})
     summary = train(config, tmp_path / "run", progress=False)
     scores = summary["eval"]["8"]
-    assert scores["accuracy"] > 0.9 and scores["exact_match"] > 0.5, scores
+    # seeds 0 and 1 reach accuracy 0.997, exact match 0.98 and alignment 0.82 and 0.71
+    assert scores["accuracy"] > 0.95 and scores["exact_match"] > 0.8, scores
     assert scores["alignment"] > 0.5, scores          # chance: about 1 / 6 source positions
     # The teacher-forced exact match is greedy decoding's, example by example.
     config, params, _ = RunDir(tmp_path / "run").params()
