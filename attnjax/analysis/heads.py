@@ -76,23 +76,26 @@ def _check_gates(config: Config, gates) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled_sums(config: Config):
+def _compiled_sums(config: Config, grouped: bool = False):
     model, objective = build(config.model), family(config.model)
 
-    def sums(params, gates, batch):
+    def sums(params, gates, batch, groups):
+        extra = {"group_gates": groups} if grouped else {}
         logits, _ = model.apply({"params": params}, batch["inputs"], **objective.arguments(batch),
-                                head_gates=gates)
+                                head_gates=gates, **extra)
         return objective.sums(logits, batch)
 
     return jax.jit(sums)
 
 
-def evaluate_gates(config: Config, params, gates, batches) -> dict[str, float]:
-    """``{"loss", "accuracy"}`` over ``batches`` with head gates ``[layers, heads]``."""
-    gates, step = _check_gates(config, gates), _compiled_sums(config)
+def evaluate_gates(config: Config, params, gates, batches, groups=None) -> dict[str, float]:
+    """``{"loss", "accuracy"}`` over ``batches`` with head gates ``[layers, heads]`` (and with
+    ``groups`` ``{group: gates}`` those of the family's other head groups, ``Family.head_groups``:
+    an encoder–decoder's ``cross``)."""
+    gates, step = _check_gates(config, gates), _compiled_sums(config, bool(groups))
     totals = {"ce": 0.0, "correct": 0.0, "weight": 0.0}
     for batch in batches:
-        sums = jax.device_get(step(params, gates, batch))
+        sums = jax.device_get(step(params, gates, batch, groups or {}))
         for key in totals:
             totals[key] += float(sums[key])
     weight = max(totals["weight"], 1.0)
@@ -120,6 +123,27 @@ def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None)
         gates = np.ones((L, N))
         gates[layer, head] = 0.0
         delta[layer, head] = loss_with_gates(config, params, gates, batches) - baseline
+    return delta
+
+
+def group_knockout_losses(config: Config, params, batches, group: str) -> np.ndarray:
+    """``[layers, heads]`` of head group ``group`` (``Family.head_groups``, e.g. an
+    encoder–decoder's ``cross``): the loss with that head alone knocked out minus the loss with
+    all heads."""
+    shapes = family(config.model).head_groups(config.model)
+    if group not in shapes:
+        raise ValueError(f"head group {group!r} is not one of model.family="
+                         f"{config.model.family!r}'s: {', '.join(shapes) or 'none'}")
+    L, N = shapes[group]
+    ones = np.ones(_shape(config))
+    loss = lambda gates: evaluate_gates(config, params, ones, batches, {group: gates})["loss"]
+    baseline = loss(np.ones((L, N), np.float32))
+    delta = np.zeros((L, N))
+    for layer in range(L):
+        for head in range(N):
+            gates = np.ones((L, N), np.float32)
+            gates[layer, head] = 0.0
+            delta[layer, head] = loss(gates) - baseline
     return delta
 
 
@@ -236,7 +260,9 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     ``knockout.csv`` / ``knockout.md``, ``knockout.png``, ``importance.png``, ``pruning.png``;
     and the pairwise JS divergence of each layer's heads on the first validation batch
     (``attnjax.analysis.head_similarity``): ``head_js.csv``, ``head_js.png`` and a table in
-    ``knockout.md``. Returns the Markdown of ``knockout.md``."""
+    ``knockout.md``; for a family with other head groups (an encoder–decoder's
+    cross-attention) their knockout too, a table in ``knockout.md`` and
+    ``<group>_knockout.png``. Returns the Markdown of ``knockout.md``."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
     config, params, step = RunDir(run_dir).params(which)
@@ -277,6 +303,15 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
               f"rows (query rows >= 1, {len(batches[0]['inputs'])} examples of the first "
               "validation batch; 0 = identical, ln 2 = 0.693 = disjoint):", "",
               format_js_table(js)]
+    for group in family(config.model).head_groups(config.model):
+        knocked = group_knockout_losses(config, params, batches, group)
+        lines += ["", f"Knockout of the {group}-attention heads (delta loss):", "",
+                  f"| head | {group} knockout delta loss |", "|---|---|"]
+        lines += [f"| L{l}.H{h} | {knocked[l, h]:+.4f} |"
+                  for l in range(knocked.shape[0]) for h in range(knocked.shape[1])]
+        plot_knockout_heatmap(knocked, out / f"{group}_knockout.png",
+                              f"{name}: val loss increase when one {group}-attention head "
+                              f"is knocked out (baseline {base['loss']:.3f})")
     text = "\n".join(lines) + "\n"
     (out / "knockout.md").write_text(text)
     plot_knockout_heatmap(delta, out / "knockout.png",

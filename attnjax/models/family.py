@@ -44,7 +44,10 @@ class Family(NamedTuple):
     - ``scores``: ``(logits, aux, batch) -> sums`` of evaluation metrics beyond loss and
       accuracy, from a forward pass with ``return_weights`` (``aux`` the module's), or None;
       ``ratios``: ``(metric, numerator, denominator)`` triples of those sums, a numerator of more
-      than one entry reported by its best entry (e.g. the best head).
+      than one entry reported by its best entry (e.g. the best head);
+    - ``head_groups``: ``ModelConfig -> {group: (layers, heads)}``, heads besides the
+      self-attention's ``head_gates`` cover (an encoder–decoder's ``cross``), gated through the
+      module's ``group_gates={group: [layers, heads]}``.
     """
     module: Callable[[ModelConfig], nn.Module]
     arguments: Callable[[dict], dict]
@@ -57,6 +60,7 @@ class Family(NamedTuple):
     marked: Callable[[object], dict] = lambda data: {}
     scores: Callable | None = None
     ratios: tuple[tuple[str, str, str], ...] = ()
+    head_groups: Callable[[ModelConfig], dict] = lambda config: {}
 
 
 def scored_sums(logits: jax.Array, batch: dict) -> dict:

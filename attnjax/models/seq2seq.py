@@ -104,14 +104,15 @@ class Seq2SeqModel(nn.Module):
     token by token: a call with ``encoded`` fills every layer's static cross-attention cache,
     the later calls pass neither ``source`` nor ``encoded`` and only read it. At
     initialisation without a source the inputs stand in for it (shapes only).
-    ``head_gates`` ``[num_layers, num_heads]`` gate the decoder's self-attention heads.
+    ``head_gates`` ``[num_layers, num_heads]`` gate the decoder's self-attention heads,
+    ``group_gates["cross"]`` ``[num_layers, cross heads]`` the cross-attention's.
     """
     config: ModelConfig
 
     @nn.compact
     def __call__(self, inputs, positions=None, *, source=None, source_mask=None, encoded=None,
                  encode: bool = False, deterministic: bool = True, decode: bool = False,
-                 return_weights: bool = False, head_gates=None):
+                 return_weights: bool = False, head_gates=None, group_gates=None):
         cfg = self.config
         if source is None and encoded is None and not decode:
             if not self.is_initializing() or encode:
@@ -131,7 +132,9 @@ class Seq2SeqModel(nn.Module):
         x, _ = embed_tokens(self, cfg, inputs, positions, embed=embed)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
         x, weights = stack_blocks(cfg, x, positions, head_gates=knockout_gates(cfg, head_gates),
-                                  cross_attention=cross_config(cfg), deterministic=deterministic,
+                                  cross_attention=cross_config(cfg),
+                                  cross_gates=(group_gates or {}).get("cross"),
+                                  deterministic=deterministic,
                                   decode=decode, return_weights=return_weights,
                                   source=encoded, source_mask=source_mask)
         logits = output_logits(cfg, embed, x).astype(jnp.float32)
@@ -179,4 +182,6 @@ MODELS.register("seq2seq", Family(
     module=Seq2SeqModel, arguments=seq2seq_arguments, sums=seq2seq_sums, decodes=False,
     reads=SEQ2SEQ_FIELDS, check=_check,
     objective=lambda config: "seq2seq", scores=seq2seq_scores,
+    head_groups=lambda config: {"cross": (config.num_layers,
+                                          config.cross_heads or config.attention.num_heads)},
     ratios=(("exact_match", "exact", "examples"), ("alignment", "aligned", "aligned_weight"))))

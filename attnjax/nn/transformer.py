@@ -117,7 +117,8 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x, positions, *, deterministic=True, decode=False, return_weights=False,
-                 head_gates=None, token_mask=None, source=None, source_mask=None):
+                 head_gates=None, token_mask=None, source=None, source_mask=None,
+                 cross_gates=None):
         cfg = self.config
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
@@ -126,7 +127,8 @@ class Block(nn.Module):
         if self.cross_attention is not None:
             sublayers.append(("cross", MultiHeadAttention(self.cross_attention, cross=True,
                                                           name="cross_attention"),
-                              dict(kwargs, source=source, source_mask=source_mask)))
+                              dict(kwargs, source=source, source_mask=source_mask,
+                                   head_gates=cross_gates)))
         weights = {}
         for name, attention, arguments in sublayers:
             norm = make_norm(cfg, f"{name}_norm")
@@ -186,7 +188,7 @@ def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions, embe
 
 
 def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_attention=None,
-                 num_layers=None, **kwargs):
+                 cross_gates=None, num_layers=None, **kwargs):
     """``(x, weights)``: ``num_layers`` (default ``config.num_layers``) blocks (``block_i``,
     ``head_gates[i]`` each; ``cross_attention``: the config of a cross-attention sub-layer in
     each) and, pre-norm, the final norm; ``weights`` one entry per layer (``None`` without
@@ -195,6 +197,8 @@ def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_at
     and, with ``cross_attention``, ``source`` and ``source_mask``."""
     weights = []
     for i in range(config.num_layers if num_layers is None else num_layers):
+        if cross_gates is not None:
+            kwargs["cross_gates"] = cross_gates[i]
         x, w = Block(config, cross_attention, name=f"block_{i}")(
             x, positions, head_gates=None if head_gates is None else head_gates[i], **kwargs)
         weights.append(w)
