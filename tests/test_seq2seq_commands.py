@@ -82,23 +82,28 @@ def test_attention_pictures_show_cross_and_encoder_attention(trained, tmp_path, 
         assert rows[head].startswith(f"| L0.H{head} | {hits:.4g} |"), (rows[head], hits)
 
 
-def test_cross_attention_heads_are_knocked_out_by_name(trained, tmp_path, capsys):
-    """``attnjax heads`` adds the cross-attention heads' knockout; gating a cross head to 0
-    is zeroing its rows of the cross-attention's output projection."""
+def test_cross_attention_and_encoder_heads_are_knocked_out_by_name(trained, tmp_path, capsys):
+    """``attnjax heads`` adds the cross-attention and encoder heads' knockout; gating a head
+    to 0 is zeroing its rows of its attention's output projection."""
     code, out, err = run_cli(capsys, "heads", str(trained), "--out", str(tmp_path))
     assert code == 0, err
     assert "Knockout of the cross-attention heads" in (tmp_path / "knockout.md").read_text()
     assert (tmp_path / "cross_knockout.png").stat().st_size > 0
+    assert "Knockout of the encoder-attention heads" in (tmp_path / "knockout.md").read_text()
     config, params, _ = RunDir(trained).params()
     batches = validation_batches(config)
-    delta = group_knockout_losses(config, params, batches, "cross")
-    chex.assert_shape(delta, (1, 2))
     ones = np.ones((1, 2))
     baseline = evaluate_gates(config, params, ones, batches)["loss"]
-    for head in range(2):
-        kernel = params["block_0"]["cross_attention"]["out"]["kernel"]     # [heads, D, d]
-        cut = jax.tree.map(lambda x: x, params)
-        cut["block_0"]["cross_attention"]["out"]["kernel"] = kernel.at[head].set(0.0)
-        zeroed = evaluate_gates(config, cut, ones, batches)["loss"] - baseline
-        np.testing.assert_allclose(delta[0, head], zeroed, rtol=1e-4, atol=1e-6)
-    assert np.abs(delta).max() > 0
+    for group, path in (("cross", ("block_0", "cross_attention")),
+                        ("encoder", ("encoder", "block_0", "attention"))):
+        delta = group_knockout_losses(config, params, batches, group)
+        chex.assert_shape(delta, (1, 2))
+        for head in range(2):
+            cut = jax.tree.map(lambda x: x, params)
+            module = cut
+            for name in path:
+                module = module[name]
+            module["out"]["kernel"] = module["out"]["kernel"].at[head].set(0.0)  # [heads, D, d]
+            zeroed = evaluate_gates(config, cut, ones, batches)["loss"] - baseline
+            np.testing.assert_allclose(delta[0, head], zeroed, rtol=1e-4, atol=1e-6)
+        assert np.abs(delta).max() > 0

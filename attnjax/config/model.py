@@ -53,7 +53,8 @@ class AttentionConfig(Validated):
     mask_after_softmax: bool = False                # softmax over all keys, then times the mask
     # key j visible iff j <= i + causal_offset
     causal_offset: int = number(0, ge=-LENGTH, le=LENGTH, read_when=when("causal", True))
-    knockout: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs gated to 0 (train and eval)
+    # (layer, head) pairs gated to 0 (train and eval); a seq2seq model's decoder self-attention
+    knockout: tuple[tuple[int, int], ...] = ()
     # initialisation of each projection (INITS: default, zeros, normal, xavier_uniform); the
     # scale is normal's std or xavier_uniform's gain
     q_init: str = choice("default", INITS)

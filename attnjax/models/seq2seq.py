@@ -79,18 +79,21 @@ def _unset(config: ModelConfig) -> dict:
 
 class SourceEncoder(nn.Module):
     """The encoder: ``(states [B, S, d_model], weights per layer)`` of ``source`` ``[B, S]``
-    with ``source_mask`` ``[B, S]`` (True at real tokens; None: all real)."""
+    with ``source_mask`` ``[B, S]`` (True at real tokens; None: all real); ``head_gates``
+    ``[layers, heads]`` gate its heads."""
     config: ModelConfig               # the encoder_config
     embed: nn.Module | None = None    # the shared token embedding, or None for its own
 
     @nn.compact
-    def __call__(self, source, source_mask=None, *, deterministic=True, return_weights=False):
+    def __call__(self, source, source_mask=None, *, deterministic=True, return_weights=False,
+                 head_gates=None):
         cfg = self.config
         positions = jnp.arange(source.shape[1])[None, :]
         x, _ = embed_tokens(self, cfg, source, positions, embed=self.embed)
         x = Dropout(cfg.residual_dropout)(x, deterministic=deterministic)
-        return stack_blocks(cfg, x, positions, deterministic=deterministic,
-                            return_weights=return_weights, token_mask=source_mask)
+        return stack_blocks(cfg, x, positions, head_gates=head_gates,
+                            deterministic=deterministic, return_weights=return_weights,
+                            token_mask=source_mask)
 
 
 class Seq2SeqModel(nn.Module):
@@ -105,7 +108,9 @@ class Seq2SeqModel(nn.Module):
     the later calls pass neither ``source`` nor ``encoded`` and only read it. At
     initialisation without a source the inputs stand in for it (shapes only).
     ``head_gates`` ``[num_layers, num_heads]`` gate the decoder's self-attention heads,
-    ``group_gates["cross"]`` ``[num_layers, cross heads]`` the cross-attention's.
+    ``group_gates["cross"]`` ``[num_layers, cross heads]`` the cross-attention's and
+    ``group_gates["encoder"]`` ``[encoder layers, num_heads]`` the encoder's
+    (``attention.knockout`` gates the decoder's self-attention heads only).
     """
     config: ModelConfig
 
@@ -124,7 +129,8 @@ class Seq2SeqModel(nn.Module):
         encoder_weights = None
         if encoded is None and source is not None:
             encoded, encoder_weights = encoder(source, source_mask, deterministic=deterministic,
-                                               return_weights=return_weights)
+                                               return_weights=return_weights,
+                                               head_gates=(group_gates or {}).get("encoder"))
         if encode:
             return encoded
         if positions is None:
@@ -182,6 +188,7 @@ MODELS.register("seq2seq", Family(
     module=Seq2SeqModel, arguments=seq2seq_arguments, sums=seq2seq_sums, decodes=False,
     reads=SEQ2SEQ_FIELDS, check=_check,
     objective=lambda config: "seq2seq", scores=seq2seq_scores,
-    head_groups=lambda config: {"cross": (config.num_layers,
-                                          config.cross_heads or config.attention.num_heads)},
+    head_groups=lambda config: {
+        "cross": (config.num_layers, config.cross_heads or config.attention.num_heads),
+        "encoder": (config.encoder_layers or config.num_layers, config.attention.num_heads)},
     ratios=(("exact_match", "exact", "examples"), ("alignment", "aligned", "aligned_weight"))))
