@@ -147,7 +147,7 @@ def test_seq2seq_hypotheses_score_as_teacher_forcing_scores_their_tokens(alpha):
     assert (np.diff(found.scores, axis=1) <= 1e-6).all()                 # best first
     want = teacher_forced(config, params, batch, found.tokens, found.lengths)
     np.testing.assert_allclose(found.scores, want / length_penalty(found.lengths, alpha),
-                               rtol=1e-4, atol=1e-4)
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_width_one_is_greedy_decoding_for_both_families():
@@ -175,7 +175,7 @@ def test_decoder_beams_score_their_continuations():
                       np.float64)
     picked = np.take_along_axis(logp[:, 4:-1], full[:, 5:, None], -1)[..., 0].sum(-1)
     np.testing.assert_allclose(found.scores.reshape(-1), picked / length_penalty(6, 0.6),
-                               rtol=1e-4, atol=1e-4)
+                               rtol=1e-5, atol=1e-5)
     assert len({tuple(t) for t in found.tokens[0]}) == 4                  # distinct beams
 
 

@@ -35,8 +35,8 @@ def stream_weights(model: ModelConfig, params, tokens, arguments=None) -> dict[s
     """The attention weights a family returns besides its main self-attention's, by stream
     (``aux`` ``<stream>_weights``; an encoder–decoder's ``cross`` ``[layers, B, heads, T, S]``
     and ``encoder`` ``[layers, B, heads, S, S]``), float32; empty for the other families."""
-    (_, aux), _ = build(model).apply({"params": params}, tokens, **(arguments or {}),
-                                     return_weights=True, mutable=["intermediates"])
+    _, aux = build(model).apply({"params": params}, tokens, **(arguments or {}),
+                                return_weights=True)
     return {name.removesuffix("_weights"): jnp.stack([w.astype(jnp.float32) for w in weights])
             for name, weights in aux.items() if name != "attn_weights" and weights}
 
