@@ -136,10 +136,9 @@ def make_train_step(config: Config, axis_name: str | None = None) -> Callable:
 
 def make_eval_step(config: Config, train_mode: bool = False) -> Callable:
     """``eval_step(params, batch, index) -> sums`` (the family's ``sums`` and ``scores``):
-    deterministic, or with
-    ``train_mode`` with dropout on as in training (masks a function of the run's seed and
-    ``index``, the forward pass's number in the evaluation, independent of the training
-    masks)."""
+    deterministic, or with ``train_mode`` with dropout on as in training (masks a function of
+    the run's seed and ``index``, the forward pass's number in the evaluation, independent of
+    the training masks)."""
     model, objective_of = build(config.model), family(config.model)
 
     def eval_step(params, batch, index):
