@@ -10,6 +10,7 @@ from attnjax.config.fields import (INT32, LENGTH, RATE, Validated, choice, field
 from attnjax.config.kernel import kernel_request
 from attnjax.ops.masked_fill import LOGITS_DTYPES, MASK_MODES
 from attnjax.ops.positions import ROPE_SCHEDULES
+from attnjax.ops.quantize import INT8_MODES
 from attnjax.registry import (DROPOUTS, INITS, KERNELS, MODELS, POSITIONS, QK_NORMS, SCALES,
                               SINKS)
 
@@ -72,6 +73,9 @@ class AttentionConfig(Validated):
     value_head_dim: int | None = number(None, ge=1, le=INT32)
     output_projection: Literal["dense", "none", "frozen"] = "dense"
     per_head_projections: bool = False
+    # simulated int8 (attnjax.ops.quantize) of the q, k, v and o projections: none, weights
+    # (per output channel), weights_inputs (and each projection's input, per tensor)
+    int8: Literal[INT8_MODES] = "none"
 
     def _validate(self):
         if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
@@ -152,11 +156,13 @@ class ModelConfig(Validated):
     num_classes: int = number(2, ge=2, le=INT32, read_when=when("classifier", "cls", "mean"))
     # the seq2seq family's (attnjax.models.seq2seq): the encoder's blocks (None: num_layers,
     # the decoder's) and position encoding (None: position.kind, the decoder's); the
-    # cross-attention heads (None: attention.num_heads); one token embedding for source,
-    # target and output, or one per stream
+    # cross-attention heads (None: attention.num_heads) and simulated int8 (None:
+    # attention.int8, the self-attention's); one token embedding for source, target and
+    # output, or one per stream
     encoder_layers: int | None = number(None, ge=1, le=INT32)
     encoder_position: str | None = choice(None, POSITIONS)
     cross_heads: int | None = number(None, ge=1, le=INT32)
+    cross_int8: Literal[INT8_MODES] | None = None
     share_embeddings: bool = True
     attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
     position: PositionConfig = dataclasses.field(default_factory=PositionConfig)

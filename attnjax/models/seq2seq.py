@@ -47,7 +47,8 @@ def seq2seq_arguments(batch: dict) -> dict:
     return {key: batch[key] for key in ARGUMENTS if key in batch}
 
 
-SEQ2SEQ_FIELDS = ("encoder_layers", "encoder_position", "cross_heads", "share_embeddings")
+SEQ2SEQ_FIELDS = ("encoder_layers", "encoder_position", "cross_heads", "cross_int8",
+                  "share_embeddings")
 
 
 def encoder_config(config: ModelConfig) -> ModelConfig:
@@ -63,11 +64,13 @@ def encoder_config(config: ModelConfig) -> ModelConfig:
 def cross_config(config: ModelConfig) -> ModelConfig:
     """The cross-attention's config: ``cross_heads`` heads (each of width ``d_model /
     cross_heads`` unless ``attention.head_dim`` is set), as many key/value heads, no
-    knockout; the rest as the self-attention's. A plain ``decoder``-family config of the same
-    fields (cross-attention reads its attention, width and dtype: no mask, no position)."""
+    knockout, ``cross_int8`` (None: the self-attention's ``int8``); the rest as the
+    self-attention's. A plain ``decoder``-family config of the same fields (cross-attention
+    reads its attention, width and dtype: no mask, no position)."""
     heads = config.cross_heads or config.attention.num_heads
     attention = derive(config.attention, num_heads=heads, knockout=(),
-                       num_kv_heads=None if config.cross_heads else config.attention.num_kv_heads)
+                       num_kv_heads=None if config.cross_heads else config.attention.num_kv_heads,
+                       int8=config.cross_int8 or config.attention.int8)
     return derive(config, family="decoder", attention=attention, **_unset(config))
 
 

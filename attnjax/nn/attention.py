@@ -11,6 +11,9 @@ the others, see ``attnjax.nn.slots``):
 6. probability dropout and 7. output dropout: ``dropout`` (``DROPOUTS``), then the output
    projection (``output_projection``: dense, none, frozen)
 
+``int8`` simulates int8 projections (``attnjax.ops.quantize``): every q, k, v and o weight
+rounded per output channel, and with ``weights_inputs`` each projection's input per tensor.
+
 ``attnjax.nn.layouts.convert_projections`` re-lays the q, k, v parameters out between the
 fused, separate and per-head layouts (the same function, so layouts compare at equal weights).
 
@@ -33,6 +36,7 @@ from attnjax.nn.slots import (head_init, kernel_settings, padding_arguments, pro
                               projection_init, visible_keys)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
+from attnjax.ops.quantize import int8_dot_general
 from attnjax.ops.stats import masked_max_logit
 from attnjax.registry import DROPOUTS, POSITIONS, QK_NORMS, SCALES, SINKS
 
@@ -201,10 +205,15 @@ class MultiHeadAttention(nn.Module):
         att = self.config.attention
         return self._heads(source, "value", "v", att.kv_heads, self.config.value_head_dim)
 
+    def _dot_general(self):
+        """The projections' product: XLA's, or with ``int8`` the fake-int8 one."""
+        mode = self.config.attention.int8
+        return None if mode == "none" else int8_dot_general(inputs=mode == "weights_inputs")
+
     def _dense(self, features, name: str, init):
         cfg, att = self.config, self.config.attention
         return nn.DenseGeneral(features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype),
-                               name=name, kernel_init=init)
+                               name=name, kernel_init=init, dot_general=self._dot_general())
 
     def _heads(self, x, name: str, part: str, count: int, width: int):
         """``[B, T, count, width]``: one projection ``name`` ``[d, count, width]``, or with
@@ -245,12 +254,14 @@ class MultiHeadAttention(nn.Module):
         if att.output_projection == "dense":
             return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
                                    dtype=jnp.dtype(cfg.dtype), name="out",
-                                   kernel_init=projection_init(att, [("o", cfg.d_model)]))(heads)
+                                   kernel_init=projection_init(att, [("o", cfg.d_model)]),
+                                   dot_general=self._dot_general())(heads)
         concat = heads.reshape(*heads.shape[:-2], -1)                    # [B, T, N D]
         if att.output_projection == "none":
             return concat
         w = frozen_projection("/".join(self.scope.path), concat.shape[-1], cfg.d_model)
-        return jnp.dot(concat, jnp.asarray(w, concat.dtype))
+        dot = self._dot_general() or jax.lax.dot_general
+        return dot(concat, jnp.asarray(w, concat.dtype), (((concat.ndim - 1,), (0,)), ((), ())))
 
     def _sow_diagnostics(self, q, k, scale, with_qk: bool, visible):
         """What diagnostics read: the largest logit per head over the pairs that meet
