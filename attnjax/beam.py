@@ -74,7 +74,7 @@ def beam_search(step, cache, logits, *, beams: int, num_tokens: int, eos: int | 
     row; ``cache`` and ``logits`` ``[B K, V]`` are those after the prompt (or BOS), the ``K``
     rows of a source alike. ``eos`` None: no hypothesis ends before ``num_tokens``.
     ``reorder(cache, rows)`` moves each beam's cache slot to its parent's (``reorder_cache``;
-    the tests swap it for a broken one)."""
+    the tests and claim CX9c swap it for broken ones)."""
     rows, V = logits.shape[0], logits.shape[-1]
     B, K, N = rows // beams, beams, num_tokens
     first = jnp.arange(B)[:, None] * K                         # each source's first row
@@ -158,17 +158,18 @@ def _generation_program(config, num_tokens: int, beams: int, alpha: float):
 
 
 def beam_translate(config, params, source, source_mask=None, num_tokens: int | None = None,
-                   *, beams: int, alpha: float = 0.6) -> Hypotheses:
+                   *, beams: int, alpha: float = 0.6, reorder=reorder_cache) -> Hypotheses:
     """The ``beams`` best translations of each source (``source`` ``[B, S]``) of a seq2seq
-    run, at most ``num_tokens`` tokens each (default ``model.max_length - 1``)."""
+    run, at most ``num_tokens`` tokens each (default ``model.max_length - 1``); ``reorder``:
+    see ``beam_search``."""
     check_beams(beams, alpha)
     source, mask, num_tokens = check_translation(config, source, source_mask, num_tokens)
-    program = _translation_program(config, num_tokens, beams, float(alpha))
+    program = _translation_program(config, num_tokens, beams, float(alpha), reorder)
     return Hypotheses(*map(np.asarray, program(params, source, mask)))
 
 
 @functools.lru_cache(maxsize=16)
-def _translation_program(config, num_tokens: int, beams: int, alpha: float):
+def _translation_program(config, num_tokens: int, beams: int, alpha: float, reorder):
     specials = seq2seq_specials(config.model.vocab_size)
     step = translation_step(config)
 
@@ -177,6 +178,6 @@ def _translation_program(config, num_tokens: int, beams: int, alpha: float):
         cache, logits = start(config, params, encoded, mask, source.shape[0] * beams)
         return beam_search(lambda c, tokens: step(params, c, tokens, encoded, mask), cache,
                            logits[:, -1], beams=beams, num_tokens=num_tokens, eos=specials.eos,
-                           pad=specials.pad, alpha=alpha)
+                           pad=specials.pad, alpha=alpha, reorder=reorder)
 
     return jax.jit(run)

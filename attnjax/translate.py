@@ -7,7 +7,9 @@ computed once from its output and stored in the ``cache`` collection (``cross_ke
 self-attention keeps its append-only cache. ``recompute=True`` is the baseline without the
 static cache: every step projects the encoder's output to keys and values again (what t5x
 and flaxformer decoders do). ``translate`` decodes greedily: BOS, then the argmax fed back
-until EOS (then PAD) or ``num_tokens``, inside a ``lax.scan``.
+until EOS (then PAD) or ``num_tokens``, inside a ``lax.scan``; ``freeze_self=True`` is the
+ablation that treats self-attention like cross-attention (claim XA1c): its cache kept as it
+was after BOS, so each later token attends to BOS and to itself only.
 """
 
 from __future__ import annotations
@@ -69,6 +71,47 @@ def decode_step(config, recompute: bool = False):
     return step
 
 
+def decoded_logits(config, params, source, source_mask, tokens, recompute: bool = False):
+    """``[R B, N, vocab]``: the logits of decoding ``tokens`` ``[R B, N]`` (``R`` rows per
+    source, as ``start`` lays out beams) step by step with a fresh cache (BOS, then ``tokens[:,
+    :-1]`` fed back, in one ``lax.scan``), each row's distribution over its next token."""
+    source, mask, _ = check_translation(config, source, source_mask, tokens.shape[1])
+    return _forced(config, recompute)(params, source, mask, jnp.asarray(tokens, jnp.int32))
+
+
+@functools.lru_cache(maxsize=16)
+def _forced(config, recompute: bool):
+    step = decode_step(config, recompute)
+
+    def run(params, source, mask, tokens):
+        encoded = encode(config, params, source, mask)
+        cache, first = start(config, params, encoded, mask, tokens.shape[0])
+        one = lambda cache, token: step(params, cache, token[:, None], encoded, mask)
+        _, rest = jax.lax.scan(one, cache, tokens[:, :-1].T)           # [N - 1, B, 1, V]
+        return jnp.concatenate([first, jnp.swapaxes(rest[:, :, 0], 0, 1)], axis=1)
+
+    return jax.jit(run)
+
+
+def exact_matches(config, params, batch: dict, **options) -> np.ndarray:
+    """``[B]`` bool: whether greedy decoding (``translate`` with ``options``) of each of
+    ``batch``'s sources reproduces its ``targets`` exactly, EOS included."""
+    targets = np.asarray(batch["targets"])
+    found = translate(config, params, batch["source"], batch["source_mask"], targets.shape[1],
+                      **options)
+    return (found == targets).all(axis=1)
+
+
+def frozen_self_attention(cache, frozen):
+    """``cache`` with every self-attention layer's entries (``key``, ``value``, ``index``)
+    taken from ``frozen``; the cross-attention caches and the position counter kept, so the
+    next token is placed at its true position but writes its keys and values over the slot
+    after ``frozen``'s."""
+    def pick(path, new, old):
+        return old if any(getattr(p, "key", None) == "attention" for p in path) else new
+    return jax.tree_util.tree_map_with_path(pick, cache, frozen)
+
+
 def check_translation(config, source, source_mask=None, num_tokens: int | None = None):
     """``(source, source_mask, num_tokens)`` as arrays (the mask all True by default, the
     number of tokens ``model.max_length - 1`` by default), or a one-line ValueError naming
@@ -87,26 +130,29 @@ def check_translation(config, source, source_mask=None, num_tokens: int | None =
 
 
 def translate(config, params, source, source_mask=None, num_tokens: int | None = None,
-              recompute: bool = False) -> np.ndarray:
+              recompute: bool = False, freeze_self: bool = False) -> np.ndarray:
     """Greedy decoding of ``source`` ``[B, S]``: ``[B, num_tokens]`` target tokens (default
-    ``model.max_length - 1``), EOS included, PAD after it."""
+    ``model.max_length - 1``), EOS included, PAD after it (``recompute``, ``freeze_self``: see
+    the module docstring)."""
     source, mask, num_tokens = check_translation(config, source, source_mask, num_tokens)
-    return np.asarray(_greedy(config, num_tokens, recompute)(params, source, mask))
+    return np.asarray(_greedy(config, num_tokens, recompute, freeze_self)(params, source, mask))
 
 
 @functools.lru_cache(maxsize=16)
-def _greedy(config, num_tokens: int, recompute: bool):
+def _greedy(config, num_tokens: int, recompute: bool, freeze_self: bool):
     specials = seq2seq_specials(config.model.vocab_size)
     step = decode_step(config, recompute)
 
     def run(params, source, mask):
         encoded = encode(config, params, source, mask)
         cache, logits = start(config, params, encoded, mask, source.shape[0])
-        first = jnp.argmax(logits[:, -1], -1)
+        first, after_bos = jnp.argmax(logits[:, -1], -1), cache
 
         def one_token(carry, _):
             cache, token, done = carry
             cache, logits = step(params, cache, token[:, None], encoded, mask)
+            if freeze_self:
+                cache = frozen_self_attention(cache, after_bos)
             token = jnp.where(done, specials.pad, jnp.argmax(logits[:, -1], -1))
             return (cache, token, done | (token == specials.eos)), token
 

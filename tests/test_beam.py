@@ -20,7 +20,7 @@ from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.generate import generate
 from attnjax.models import build
 from attnjax.train.state import init_params
-from attnjax.translate import decode_step, encode, start, translate
+from attnjax.translate import encode, start, translate
 from attnjax.train import train
 from helpers import TINY_INDUCTION, TINY_SEQ2SEQ, raises_one_line, run_cli, tiny_config
 
@@ -185,19 +185,14 @@ def test_beams_share_the_cross_cache_and_a_broken_slot_contaminates_them():
     then attends to another beam's tokens) scores its hypotheses wrongly."""
     config, params, batch = seq2seq_setup()
     encoded = encode(config, params, batch["source"], batch["source_mask"])
-    cache, logits = start(config, params, encoded, batch["source_mask"], 3 * 4)
+    cache, _ = start(config, params, encoded, batch["source_mask"], 3 * 4)
     assert cache["block_0"]["cross_attention"]["cross_key"].shape[0] == 3
     assert cache["block_0"]["attention"]["key"].shape[0] == 12
-    step = decode_step(config)
-    search = lambda reorder: jax.jit(lambda c, l: beam_search(
-        lambda c, t: step(params, c, t, encoded, batch["source_mask"]), c, l, beams=4,
-        num_tokens=8, eos=SPECIALS.eos, pad=SPECIALS.pad, alpha=0.0, reorder=reorder))(
-        cache, logits[:, -1])
     for reorder, right in ((reorder_cache, True), (lambda cache, rows: cache, False)):
-        found = search(reorder)
-        want = teacher_forced(config, params, batch, np.asarray(found.tokens),
-                              np.asarray(found.lengths))
-        error = np.abs(np.asarray(found.scores) - want).max()
+        found = beam_translate(config, params, batch["source"], batch["source_mask"], 8,
+                               beams=4, alpha=0.0, reorder=reorder)
+        want = teacher_forced(config, params, batch, found.tokens, found.lengths)
+        error = np.abs(found.scores - want).max()
         assert (error < 1e-4) if right else (error > 1e-2), error
 
 

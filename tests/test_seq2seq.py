@@ -17,7 +17,8 @@ from attnjax.registry import KERNELS
 from attnjax.rundir import RunDir
 from attnjax.train import train
 from attnjax.train.state import init_params
-from attnjax.translate import decode_step, encode, start, translate
+from attnjax.translate import (decode_step, decoded_logits, encode, exact_matches, start,
+                               translate)
 from helpers import TINY_SEQ2SEQ, raises_one_line, tiny_config
 
 SPECIALS = seq2seq_specials(12)                  # PAD 9, BOS 10, EOS 11
@@ -195,6 +196,32 @@ def test_the_static_cross_cache_gives_the_logits_of_recomputing_it(kernel):
     np.testing.assert_allclose(decoded[False][real], decoded[True][real], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(decoded[False][real], np.asarray(full)[real], atol=1e-5,
                                rtol=1e-5)
+    for recompute in (False, True):                          # the same loop, one lax.scan
+        scanned = decoded_logits(config, params, batch["source"], batch["source_mask"],
+                                 batch["targets"], recompute)
+        np.testing.assert_allclose(np.asarray(scanned)[real], decoded[recompute][real],
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_a_frozen_self_attention_cache_lets_each_token_see_bos_and_itself():
+    """XA1c's ablation: greedy decoding with ``freeze_self`` equals a loop that decodes each
+    token from the cache as it was after BOS, at the token's own position (the counter set)."""
+    config, _, params = model_and_params()
+    batch = batch_of(batch_size=3)
+    encoded = encode(config, params, batch["source"], batch["source_mask"])
+    after_bos, logits = start(config, params, encoded, batch["source_mask"], 3)
+    step = jax.jit(decode_step(config))
+    tokens = [np.argmax(logits[:, -1], -1)]
+    for position in range(1, 8):
+        cache = {**after_bos, "position": np.int32(position)}
+        _, logits = step(params, cache, tokens[-1][:, None], encoded, batch["source_mask"])
+        tokens.append(np.argmax(logits[:, -1], -1))
+    want = np.stack(tokens, 1)
+    done = np.cumsum(want == SPECIALS.eos, 1) - (want == SPECIALS.eos) > 0   # after EOS: PAD
+    want[done] = SPECIALS.pad
+    frozen = translate(config, params, batch["source"], batch["source_mask"], 8, freeze_self=True)
+    np.testing.assert_array_equal(frozen, want)
+    assert (frozen != translate(config, params, batch["source"], batch["source_mask"], 8)).any()
 
 
 def test_a_tiny_model_learns_reversal_and_its_cross_attention_aligns(tmp_path):
@@ -219,4 +246,5 @@ def test_a_tiny_model_learns_reversal_and_its_cross_attention_aligns(tmp_path):
     greedy = translate(config, params, batch["source"], batch["source_mask"], 8)
     decoded = (greedy == np.where(scored, batch["targets"], SPECIALS_10.pad)).all(1)
     np.testing.assert_array_equal(decoded, forced)
+    np.testing.assert_array_equal(exact_matches(config, params, batch), forced)
     assert 0 < forced.sum() and forced.sum() == family(config.model).sums(logits, batch)["exact"]
