@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnjax.config import Config
+from attnjax.data import Dataset
 from attnjax.experiment import small_text
 
 EPS = 0.02              # nats: a loss difference smaller than this is no difference
@@ -25,6 +26,17 @@ S_SMALL = {"data.val_fraction": 0.995}          # ~23 kB of training text
 S_IND = {"data.task": "induction", "data.vocab_size": 32, "model.vocab_size": 32,
          "train.steps": 2000, "train.final_lr_fraction": 1.0}
 S_OP_SHAPE = (2, 128, 4, 32)                    # [batch, length, heads, head_dim]
+# S-s2s (the cross-attention claims): an encoder-decoder of 2 + 2 layers, width 64, 4 heads,
+# RoPE in both self-attentions (none in cross-attention); reversal of 8-32 content tokens of
+# 32 (+ PAD, BOS, EOS: vocabulary 35), the source's real length (EOS included) drawn in
+# [9, 33] and padded on the right to 33; room for BOS and 33 target tokens; 2000 steps of
+# batch 32, evaluated and checkpointed at the end
+S_S2S = {"model.family": "seq2seq", "model.encoder_position": "rope", "data.task": "reversal",
+         "data.vocab_size": 35, "model.vocab_size": 35, "data.length": 33,
+         "model.max_length": 34, "data.padding": "right", "data.min_length": 9,
+         "train.batch_size": 32, "train.steps": 2000, "train.eval_every": 2000,
+         "train.checkpoint_every": 2000}
+S2S_SOURCES = 200                               # held-out sources of the S-s2s measurements
 
 
 def get_config() -> Config:
@@ -35,6 +47,14 @@ def get_config() -> Config:
 def with_seeds(entries: list[dict], seeds=SEEDS) -> list[dict]:
     """Every entry once per seed (the seed varies fastest, so replicas sit together)."""
     return [{**entry, "seed": seed} for entry in entries for seed in seeds]
+
+
+def s2s_held_out(config: Config, count: int = S2S_SOURCES) -> dict:
+    """``count`` validation examples of an S-s2s run (a fixed draw of its ``val`` split), as
+    NumPy arrays: ``source``, ``source_mask``, ``inputs``, ``targets``, ``weights``,
+    ``alignment``."""
+    batch = Dataset(config.data).batch(config.seed, 0, count, config.data.length, "val")
+    return {name: np.asarray(value) for name, value in batch.items()}
 
 
 def s_op(seed: int = 0, shape=S_OP_SHAPE, dtype=np.float32) -> tuple[np.ndarray, ...]:
