@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from attnjax.audit import Verdict, load_claim, load_claims, over_regimes, over_seeds
+from attnjax.audit.publish import publish
 from attnjax.audit.runner import collect_runs, run_audit
 from attnjax.audit.settings import SEEDS
 from attnjax.audit.timing import blocked_medians, spread
@@ -35,7 +36,7 @@ def test_claim_file_is_well_formed(claim):
     for name in ("SOURCE", "CLAIM", "CRITERION"):
         text = getattr(module, name)
         assert isinstance(text, str) and text and "\n" not in text, (claim.id, name)
-    assert claim.group[0] in "ABCDEFG" and claim.path.parent.parent == CLAIMS_DIR
+    assert claim.group[0] in "ABCDEFGH" and claim.path.parent.parent == CLAIMS_DIR
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=ids)
@@ -216,6 +217,39 @@ def test_audit_trains_measures_caches_and_reports(tmp_path):
                      only=["XX2"], launcher="vmap", progress=False, log=logs.append)
     assert only["errors"] == {"XX2": "RuntimeError: planted"} and not only["verdicts"]
     assert "| error | 1 |" in (tmp_path / "work-b" / "AUDIT.md").read_text()
+
+
+def _rows(claim_id, verdict, plot=None):
+    return [{"claim_id": claim_id, "id": f"{claim_id}{part}", "source": "s", "claim": claim_id,
+             "criterion": "c", "evidence": f"{verdict} {part}", "verdict": verdict,
+             "plots": [plot] if plot and part == "a" else []} for part in "ab"]
+
+
+def test_publishing_replaces_the_rows_of_the_claims_it_ran_and_keeps_the_others(tmp_path):
+    docs = tmp_path / "docs" / "AUDIT.md"
+    images = docs.parent / "audit"
+    for name in ("XX1-old.png", "XX1-new.png"):
+        (tmp_path / name).write_bytes(b"png")
+    invocation = lambda claims: {"machine": "here", "claims": claims, "seconds": {
+        "training": 60.0, "measuring": 30.0, "this invocation": 90.0}}
+    order = ["XX1", "XX2", "XX3"]
+    publish(_rows("XX1", "refuted", tmp_path / "XX1-old.png") + _rows("XX2", "confirmed")
+            + _rows("XX3", "refuted"), docs, invocation=invocation("all"), order=order)
+    publish(_rows("XX1", "confirmed", tmp_path / "XX1-new.png"), docs,
+            invocation=invocation(["XX1"]), order=order[:2])       # XX3's claim file is gone
+    text = docs.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| XX")]
+    assert [row.split(" | ")[0] for row in rows] == ["| XX1a", "| XX1b", "| XX2a", "| XX2b"]
+    assert "**confirmed**" in rows[0] and "confirmed a" in rows[0] and "confirmed b" in rows[3]
+    assert "| confirmed | 4 |" in text and "| refuted |" not in text
+    assert "Ran on here (every claim)" in text and "Ran on here (claims XX1)" in text
+    assert sorted(p.name for p in images.glob("*.png")) == ["XX1-new.png"]
+    assert "![XX1a](audit/XX1-new.png)" in text
+    # measuring every remaining claim again leaves one invocation behind the rows
+    publish(_rows("XX1", "confirmed") + _rows("XX2", "confirmed"), docs,
+            invocation=invocation("all"), order=order[:2])
+    record = json.loads((images / "audit.json").read_text())
+    assert len(record["invocations"]) == 1 and docs.read_text().count("Ran on") == 1
 
 
 def test_unknown_claim_id_lists_the_valid_ones(tmp_path):

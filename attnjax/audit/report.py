@@ -6,8 +6,8 @@ import collections
 from pathlib import Path
 
 from attnjax.audit.verdict import WORDS
-from attnjax.machine import describe
 
+COMMAND = "attnjax audit experiments/claims --workdir runs/claims"
 
 CONVENTIONS = (
     "Each claim of the two seed articles is an experiment (`experiments/claims/<group>/<ID>.py`) "
@@ -18,26 +18,36 @@ CONVENTIONS = (
     "every arm at seeds 0 and 1 and must hold for both; seeds that disagree refute, and the "
     "split is reported. Loss is the validation loss at the training length in nats per byte "
     "(per token on synthetic tasks); eps = 0.02 nats. The small settings (S-text: byte-level "
-    "text, width 64, 2 layers, 4 heads, RoPE, context 64, 600 steps) are in "
-    "`attnjax/audit/settings.py`.")
+    "text, width 64, 2 layers, 4 heads, RoPE, context 64, 600 steps; S-s2s: an encoder-decoder "
+    "of 2 + 2 layers reversing 8-32 tokens, 2000 steps) are in `attnjax/audit/settings.py`.")
 
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def audit_markdown(rows: list[dict], *, command: str, seconds: dict, plots_dir: str) -> str:
-    """The report. ``rows``: ``{"id", "source", "claim", "criterion", "evidence", "verdict",
-    "plots"}`` (``verdict`` ``"error"`` for a claim whose measurement raised); ``seconds``:
-    ``{"training", "measuring"}`` (the work, over every invocation) and ``"this invocation"``."""
-    counts = collections.Counter(row["verdict"] for row in rows)
+def _ran(invocation: dict) -> str:
+    """One line: where an invocation ran, which claims, and its work in minutes."""
+    seconds, claims = invocation["seconds"], invocation["claims"]
     work = seconds["training"] + seconds["measuring"]
-    lines = ["# Claims audit", "", "Regenerate with:", "", f"    {command}", "",
-             f"Ran on {describe()}: training {seconds['training'] / 60:.1f} min + measuring "
-             f"{seconds['measuring'] / 60:.1f} min = {work / 60:.1f} min of work (this "
-             f"report's invocation: {seconds['this invocation'] / 60:.1f} min).", "",
-             CONVENTIONS, "",
-             "| verdict | claims |", "|---|---|"]
+    which = "every claim" if claims == "all" else "claims " + ", ".join(claims)
+    return (f"Ran on {invocation['machine']} ({which}): training {seconds['training'] / 60:.1f} "
+            f"min + measuring {seconds['measuring'] / 60:.1f} min = {work / 60:.1f} min of work "
+            f"(that report's invocation: {seconds['this invocation'] / 60:.1f} min).")
+
+
+def audit_markdown(rows: list[dict], *, invocations: list[dict], plots_dir: str) -> str:
+    """The report. ``rows``: ``{"id", "source", "claim", "criterion", "evidence", "verdict",
+    "plots"}`` (``verdict`` ``"error"`` for a claim whose measurement raised);
+    ``invocations``: the audits that measured them, each ``{"machine", "claims"`` (ids, or
+    ``"all"``), ``"seconds": {"training", "measuring"`` (the work, over every invocation of
+    its work directory), ``"this invocation"}}``."""
+    counts = collections.Counter(row["verdict"] for row in rows)
+    lines = ["# Claims audit", "", "Regenerate with (`--only ID,ID` to measure some claims "
+             "again; `--publish docs/CLAIMS_AUDIT.md` then replaces only their rows here):", "",
+             f"    {COMMAND}", ""]
+    lines += [_ran(invocation) for invocation in invocations]
+    lines += ["", CONVENTIONS, "", "| verdict | claims |", "|---|---|"]
     lines += [f"| {word} | {counts[word]} |" for word in (*WORDS, "error") if counts[word]]
     lines += ["", "| id | source | claim | criterion | measured | verdict |",
               "|---|---|---|---|---|---|"]

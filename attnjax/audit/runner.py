@@ -17,20 +17,19 @@ go on; the command then exits 1.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import traceback
 from pathlib import Path
 
 from attnjax.audit.claims import ClaimFile, load_claims
 from attnjax.audit.measuring import failure_path, measure_claims, measured
+from attnjax.audit.publish import publish
 from attnjax.audit.report import audit_markdown
 from attnjax.compilation import quick_compiling_workers
+from attnjax.machine import describe
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.launch import launch_runs
 from attnjax.sweep.spec import Run
-
-COMMAND = "attnjax audit experiments/claims --workdir runs/claims"
 
 
 def collect_runs(claims: list[ClaimFile]) -> tuple[list[Run], dict[str, list[Run]]]:
@@ -59,24 +58,13 @@ def spent_seconds(workdir: Path, phase: str, spent: float) -> float:
     return totals[phase]
 
 
-def publish(rows: list[dict], path: Path, *, seconds: dict) -> None:
-    """The report at ``path`` (e.g. docs/CLAIMS_AUDIT.md) with its plots copied beside it,
-    into ``<stem lowercased>/`` (docs/claims_audit/)."""
-    images = path.parent / path.stem.lower()
-    images.mkdir(parents=True, exist_ok=True)
-    for row in rows:
-        for plot in row["plots"]:
-            shutil.copyfile(plot, images / Path(plot).name)
-    path.write_text(audit_markdown(rows, command=COMMAND, seconds=seconds,
-                                   plots_dir=images.name))
-
-
 def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | None = None,
               launcher: str = "vmap-processes", jobs: int | None = None, progress: bool = True,
               publish_to: str | Path | None = None, log=print) -> dict:
     """Run (or resume) the audit of the claim files under ``directory`` into ``workdir``
-    (and, with ``publish_to``, publish the report there); returns ``{"verdicts": {id: word},
-    "errors": {id: message}, "seconds": {"training", "measuring", "this invocation"}}``
+    (and, with ``publish_to``, publish its rows there: ``attnjax.audit.publish``); returns
+    ``{"verdicts": {id: word}, "errors": {id: message}, "seconds": {"training", "measuring",
+    "this invocation"}}``
     (training and measuring: the work itself, summed over the invocations that did it)."""
     start = time.perf_counter()
     workdir = Path(workdir)
@@ -98,7 +86,7 @@ def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | N
     rows, verdicts, errors = [], {}, {}
     for number, claim in enumerate(claims, 1):
         began = time.perf_counter()
-        base = {"source": claim.module.SOURCE, "claim": claim.module.CLAIM,
+        base = {"claim_id": claim.id, "source": claim.module.SOURCE, "claim": claim.module.CLAIM,
                 "criterion": claim.module.CRITERION, "plots": []}
         error = failed.get(claim.id)
         if error is None:
@@ -121,11 +109,14 @@ def run_audit(directory: str | Path, workdir: str | Path, *, only: list[str] | N
         words = ", ".join(f"{part} {v.word}" for part, v in parts.items())
         log(f"[{number}/{len(claims)}] {words} ({time.perf_counter() - began:.1f} s)")
     seconds["this invocation"] = time.perf_counter() - start
+    invocation = {"machine": describe(), "claims": list(only) if only else "all",
+                  "seconds": seconds}
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "AUDIT.md").write_text(audit_markdown(rows, command=COMMAND, seconds=seconds,
+    (workdir / "AUDIT.md").write_text(audit_markdown(rows, invocations=[invocation],
                                                      plots_dir="plots"))
     if publish_to is not None:
-        publish(rows, Path(publish_to), seconds=seconds)
+        publish(rows, publish_to, invocation=invocation,
+                order=[claim.id for claim in load_claims(directory)])
     log(f"wrote {workdir / 'AUDIT.md'} ({len(verdicts)} verdicts, {len(errors)} errors, "
         f"{seconds['this invocation'] / 60:.1f} min)")
     return {"verdicts": verdicts, "errors": errors, "seconds": seconds}
