@@ -14,7 +14,8 @@ import pytest
 
 import family_commands
 from attnjax.analysis.capture import model_arguments, probe_examples, stream_attention
-from attnjax.analysis.heads import evaluate_gates, group_knockout_losses, validation_batches
+from attnjax.analysis.heads import (evaluate_gates, head_importance, knockout_losses,
+                                    pruning_curve, validation_batches)
 from attnjax.rundir import RunDir
 from helpers import TINY_SEQ2SEQ, run_cli
 
@@ -83,20 +84,23 @@ def test_attention_pictures_show_cross_and_encoder_attention(trained, tmp_path, 
 
 
 def test_cross_attention_and_encoder_heads_are_knocked_out_by_name(trained, tmp_path, capsys):
-    """``attnjax heads`` adds the cross-attention and encoder heads' knockout; gating a head
-    to 0 is zeroing its rows of its attention's output projection."""
+    """``attnjax heads`` adds the cross-attention and encoder heads' knockout, importance and
+    pruning; gating a head to 0 is zeroing its rows of its attention's output projection."""
     code, out, err = run_cli(capsys, "heads", str(trained), "--out", str(tmp_path))
     assert code == 0, err
-    assert "Knockout of the cross-attention heads" in (tmp_path / "knockout.md").read_text()
-    assert (tmp_path / "cross_knockout.png").stat().st_size > 0
-    assert "Knockout of the encoder-attention heads" in (tmp_path / "knockout.md").read_text()
+    report = (tmp_path / "knockout.md").read_text()
+    for group in ("cross", "encoder"):
+        assert f"## The {group}-attention heads" in report
+        assert f"| {group} head | knockout delta loss | importance" in report
+        for picture in ("knockout", "importance", "pruning"):
+            assert (tmp_path / f"{group}_{picture}.png").stat().st_size > 0
     config, params, _ = RunDir(trained).params()
     batches = validation_batches(config)
     ones = np.ones((1, 2))
     baseline = evaluate_gates(config, params, ones, batches)["loss"]
     for group, path in (("cross", ("block_0", "cross_attention")),
                         ("encoder", ("encoder", "block_0", "attention"))):
-        delta = group_knockout_losses(config, params, batches, group)
+        delta = knockout_losses(config, params, batches, group=group)
         chex.assert_shape(delta, (1, 2))
         for head in range(2):
             cut = jax.tree.map(lambda x: x, params)
@@ -107,3 +111,29 @@ def test_cross_attention_and_encoder_heads_are_knocked_out_by_name(trained, tmp_
             zeroed = evaluate_gates(config, cut, ones, batches)["loss"] - baseline
             np.testing.assert_allclose(delta[0, head], zeroed, rtol=1e-4, atol=1e-6)
         assert np.abs(delta).max() > 0
+
+
+@pytest.mark.parametrize("group", ["cross", "encoder"])
+def test_cross_attention_and_encoder_head_importance_and_pruning(trained, group):
+    """A group's importance is the derivative of the loss by its gates (central differences,
+    the other groups at 1); its pruning runs from all of its heads to none of them."""
+    config, params, _ = RunDir(trained).params()
+    batches = validation_batches(config)
+    one = [jax.tree.map(lambda x: np.repeat(np.asarray(x)[:1], len(x), 0), batches[0])]
+    importance = head_importance(config, params, one, normalize=False, group=group)
+    loss = lambda gates, b: evaluate_gates(config, params, np.ones((1, 2)), b,
+                                           {group: gates})["loss"]
+    eps = 0.02                   # float32 rounding ~1e-5 of the difference quotient here
+    for head in range(2):
+        plus, minus = np.ones((1, 2)), np.ones((1, 2))
+        plus[0, head] += eps
+        minus[0, head] -= eps
+        fd = (loss(plus, one) - loss(minus, one)) / (2 * eps)
+        np.testing.assert_allclose(importance[0, head], abs(fd), rtol=1e-2, atol=5e-5)
+    curve = pruning_curve(config, params, batches, steps=2, group=group)
+    np.testing.assert_allclose(curve["loss"][0], loss(np.ones((1, 2)), batches), rtol=1e-6)
+    np.testing.assert_allclose(curve["loss"][-1], loss(np.zeros((1, 2)), batches), rtol=1e-6)
+    assert sorted(curve["pruned"]) == [(0, 0), (0, 1)]
+    with pytest.raises(ValueError, match="head group 'nope' is not one of model.family="
+                                         "'seq2seq''s: self, cross, encoder"):
+        head_importance(config, params, one, group="nope")

@@ -63,43 +63,82 @@ def _as_batches(config: Config, dataset_or_batches) -> list[dict]:
     return batches
 
 
+SELF = "self"       # the group of the model's own heads (a seq2seq model's decoder self-attention)
+
+
+def head_groups(config: Config) -> dict[str, tuple[int, int]]:
+    """``{group: (layers, heads)}``: ``self``, the model's ``head_gates``, then the family's other
+    head groups (``Family.head_groups``: an encoder–decoder's ``cross`` and ``encoder``)."""
+    return {SELF: _shape(config), **family(config.model).head_groups(config.model)}
+
+
 def _shape(config: Config) -> tuple[int, int]:
     return config.model.num_layers, config.model.attention.num_heads
 
 
-def _check_gates(config: Config, gates) -> jax.Array:
+def _check_group(config: Config, group: str) -> tuple[int, int]:
+    shapes = head_groups(config)
+    if group not in shapes:
+        raise ValueError(f"head group {group!r} is not one of model.family="
+                         f"{config.model.family!r}'s: {', '.join(shapes)}")
+    return shapes[group]
+
+
+def _check_gates(config: Config, gates, group: str = SELF) -> jax.Array:
+    shape = _check_group(config, group)
     gates = jnp.asarray(gates, jnp.float32)
-    if gates.shape != _shape(config):
-        raise ValueError(f"gates must have shape [num_layers, num_heads] = "
-                         f"{list(_shape(config))}, got {list(gates.shape)}")
+    if gates.shape != shape:
+        which = "" if group == SELF else f" of head group {group!r}"
+        raise ValueError(f"gates{which} must have shape [num_layers, num_heads] = "
+                         f"{list(shape)}, got {list(gates.shape)}")
     return gates
 
 
+def _all_gates(config: Config, gates=None, group: str = SELF) -> dict[str, jax.Array]:
+    """Every group's gates: ones, with ``gates`` (if given) in ``group``."""
+    _check_group(config, group)
+    out = {name: jnp.ones(shape, jnp.float32) for name, shape in head_groups(config).items()}
+    if gates is not None:
+        out[group] = _check_gates(config, gates, group)
+    return out
+
+
+def _apply(config: Config, params, gates: dict, batch: dict):
+    """The model's logits on ``batch`` with every group's ``gates``."""
+    others = {name: g for name, g in gates.items() if name != SELF}
+    extra = {"group_gates": others} if others else {}
+    logits, _ = build(config.model).apply({"params": params}, batch["inputs"],
+                                          **family(config.model).arguments(batch),
+                                          head_gates=gates[SELF], **extra)
+    return logits
+
+
 @functools.lru_cache(maxsize=8)
-def _compiled_sums(config: Config, grouped: bool = False):
-    model, objective = build(config.model), family(config.model)
-
-    def sums(params, gates, batch, groups):
-        extra = {"group_gates": groups} if grouped else {}
-        logits, _ = model.apply({"params": params}, batch["inputs"], **objective.arguments(batch),
-                                head_gates=gates, **extra)
-        return objective.sums(logits, batch)
-
-    return jax.jit(sums)
+def _compiled_sums(config: Config):
+    objective = family(config.model)
+    return jax.jit(lambda params, gates, batch: objective.sums(
+        _apply(config, params, gates, batch), batch))
 
 
-def evaluate_gates(config: Config, params, gates, batches, groups=None) -> dict[str, float]:
-    """``{"loss", "accuracy"}`` over ``batches`` with head gates ``[layers, heads]`` (and with
-    ``groups`` ``{group: gates}`` those of the family's other head groups, ``Family.head_groups``:
-    an encoder–decoder's ``cross``)."""
-    gates, step = _check_gates(config, gates), _compiled_sums(config, bool(groups))
+def _evaluate(config: Config, params, gates: dict, batches) -> dict[str, float]:
+    step = _compiled_sums(config)
     totals = {"ce": 0.0, "correct": 0.0, "weight": 0.0}
     for batch in batches:
-        sums = jax.device_get(step(params, gates, batch, groups or {}))
+        sums = jax.device_get(step(params, gates, batch))
         for key in totals:
             totals[key] += float(sums[key])
     weight = max(totals["weight"], 1.0)
     return {"loss": totals["ce"] / weight, "accuracy": totals["correct"] / weight}
+
+
+def evaluate_gates(config: Config, params, gates, batches, groups=None) -> dict[str, float]:
+    """``{"loss", "accuracy"}`` over ``batches`` with head gates ``[layers, heads]`` (and with
+    ``groups`` ``{group: gates}`` those of the family's other head groups, ``head_groups``;
+    the groups not given at 1)."""
+    every = _all_gates(config, gates)
+    for group, group_gates in (groups or {}).items():
+        every[group] = _check_gates(config, group_gates, group)
+    return _evaluate(config, params, every, batches)
 
 
 def loss_with_gates(config: Config, params, gates, batches) -> float:
@@ -107,80 +146,62 @@ def loss_with_gates(config: Config, params, gates, batches) -> float:
     return evaluate_gates(config, params, gates, batches)["loss"]
 
 
-def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None) -> np.ndarray:
-    """``[layers, heads]``: loss with head (l, h) alone knocked out minus the loss with all
-    heads. ``dataset_or_batches``: a ``Dataset``, a list of batches, or ``None`` (the run's
-    validation batches); ``heads``: the (layer, head) pairs to measure (others are NaN)."""
+def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None, *,
+                    group: str = SELF) -> np.ndarray:
+    """``[layers, heads]`` of head group ``group``: loss with head (l, h) alone knocked out
+    minus the loss with all heads. ``dataset_or_batches``: a ``Dataset``, a list of batches,
+    or ``None`` (the run's validation batches); ``heads``: the (layer, head) pairs to measure
+    (others are NaN)."""
     batches = _as_batches(config, dataset_or_batches)
-    L, N = _shape(config)
+    L, N = _check_group(config, group)
     pairs = [(l, h) for l in range(L) for h in range(N)] if heads is None else list(heads)
     for layer, head in pairs:
         if not (0 <= layer < L and 0 <= head < N):
             raise ValueError(f"heads entry {(layer, head)} is outside [0, {L}) x [0, {N})")
-    baseline = loss_with_gates(config, params, np.ones((L, N)), batches)
+    loss = lambda gates: _evaluate(config, params, _all_gates(config, gates, group),
+                                   batches)["loss"]
+    baseline = loss(np.ones((L, N)))
     delta = np.full((L, N), np.nan)
     for layer, head in pairs:
         gates = np.ones((L, N))
         gates[layer, head] = 0.0
-        delta[layer, head] = loss_with_gates(config, params, gates, batches) - baseline
-    return delta
-
-
-def group_knockout_losses(config: Config, params, batches, group: str) -> np.ndarray:
-    """``[layers, heads]`` of head group ``group`` (``Family.head_groups``, e.g. an
-    encoder–decoder's ``cross``): the loss with that head alone knocked out minus the loss with
-    all heads."""
-    shapes = family(config.model).head_groups(config.model)
-    if group not in shapes:
-        raise ValueError(f"head group {group!r} is not one of model.family="
-                         f"{config.model.family!r}'s: {', '.join(shapes) or 'none'}")
-    L, N = shapes[group]
-    ones = np.ones(_shape(config))
-    loss = lambda gates: evaluate_gates(config, params, ones, batches, {group: gates})["loss"]
-    baseline = loss(np.ones((L, N), np.float32))
-    delta = np.zeros((L, N))
-    for layer in range(L):
-        for head in range(N):
-            gates = np.ones((L, N), np.float32)
-            gates[layer, head] = 0.0
-            delta[layer, head] = loss(gates) - baseline
+        delta[layer, head] = loss(gates) - baseline
     return delta
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled_gate_grads(config: Config):
-    model, objective = build(config.model), family(config.model)
+def _compiled_gate_grads(config: Config, group: str):
+    objective = family(config.model)
 
     def example_loss(gates, params, example):
         example = jax.tree_util.tree_map(lambda x: x[None], example)      # a batch of one
-        logits, _ = model.apply({"params": params}, example["inputs"],
-                                **objective.arguments(example), head_gates=gates)
-        sums = objective.sums(logits, example)
+        sums = objective.sums(_apply(config, params, gates, example), example)
         return sums["ce"] / jnp.where(sums["weight"] > 0, sums["weight"], 1.0)
 
     def gate_grads(params, gates, batch):
-        return jax.vmap(jax.grad(example_loss), in_axes=(None, None, 0))(gates, params, batch)
+        per_example = jax.vmap(jax.grad(example_loss), in_axes=(None, None, 0))
+        return per_example(gates, params, batch)[group]
 
     return jax.jit(gate_grads)
 
 
 def head_importance(config: Config, params, batches=None, *, gates=None,
-                    normalize: bool = True) -> np.ndarray:
-    """Michel et al.'s ``I_h = E_x |dL(x)/dxi_h|`` at ``gates`` (default all ones), ``[layers,
-    heads]``; with ``normalize`` each layer's scores are divided by their L2 norm over the
-    heads whose gate is nonzero (gated-off heads score 0)."""
+                    normalize: bool = True, group: str = SELF) -> np.ndarray:
+    """Michel et al.'s ``I_h = E_x |dL(x)/dxi_h|`` of head group ``group`` at ``gates`` (its
+    gates, default all ones; the other groups' at 1), ``[layers, heads]``; with ``normalize``
+    each layer's scores are divided by their L2 norm over the heads whose gate is nonzero
+    (gated-off heads score 0)."""
     batches = _as_batches(config, batches)
-    L, N = _shape(config)
-    gates = _check_gates(config, np.ones((L, N)) if gates is None else gates)
-    grads = _compiled_gate_grads(config)
-    total, count = np.zeros((L, N)), 0
+    every = _all_gates(config, gates, group)
+    grads = _compiled_gate_grads(config, group)
+    total, count = np.zeros(every[group].shape), 0
     for batch in batches:
-        g = np.asarray(grads(params, gates, batch), np.float64)          # [B, L, N]
+        g = np.asarray(grads(params, every, batch), np.float64)          # [B, L, N]
         total += np.abs(g).sum(0)
         count += g.shape[0]
     importance = total / count
     if normalize:
-        importance = np.where(np.asarray(gates) != 0, importance, 0.0)
+        importance = np.where(np.asarray(every[group]) != 0, importance, 0.0)
         norm = np.linalg.norm(importance, axis=1, keepdims=True)
         importance = importance / np.where(norm > 0, norm, 1.0)
     return importance
@@ -193,19 +214,21 @@ def _prune_counts(total: int, steps: int) -> np.ndarray:
 
 
 def pruning_curve(config: Config, params, batches=None, steps: int | None = None, *,
-                  order: str = "importance", seed: int = 0, knockout=None) -> dict:
-    """Loss and accuracy as heads are removed: ``{"order", "fraction" [steps + 1], "loss",
-    "accuracy", "pruned": [(layer, head), ...] in removal order}``, starting from all heads at
-    fraction 0. ``steps`` (default: one head per step, at most 10 steps) is the number of removals;
-    ``order`` is one of ``importance``, ``knockout`` (uses ``knockout`` deltas if given),
-    ``random``."""
+                  order: str = "importance", seed: int = 0, knockout=None,
+                  group: str = SELF) -> dict:
+    """Loss and accuracy as heads of ``group`` are removed (the other groups' kept): ``{"order",
+    "fraction" [steps + 1], "loss", "accuracy", "pruned": [(layer, head), ...] in removal
+    order}``, starting from all heads at fraction 0. ``steps`` (default: one head per step, at
+    most 10 steps) is the number of removals; ``order`` is one of ``importance``,
+    ``knockout`` (uses ``knockout`` deltas if given), ``random``."""
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not valid; choices: {', '.join(ORDERS)}")
     batches = _as_batches(config, batches)
-    L, N = _shape(config)
+    L, N = _check_group(config, group)
     counts = _prune_counts(L * N, min(L * N, 10) if steps is None else steps)
     if order == "knockout":
-        delta = knockout_losses(config, params, batches) if knockout is None else knockout
+        delta = (knockout_losses(config, params, batches, group=group) if knockout is None
+                 else knockout)
         ranking = [divmod(int(i), N) for i in np.argsort(np.asarray(delta).ravel(), kind="stable")]
     elif order == "random":
         ranking = [divmod(int(i), N) for i in np.random.default_rng(seed).permutation(L * N)]
@@ -216,7 +239,7 @@ def pruning_curve(config: Config, params, batches=None, steps: int | None = None
         if k:
             need = count - len(pruned)
             if order == "importance":
-                scores = head_importance(config, params, batches, gates=gates)
+                scores = head_importance(config, params, batches, gates=gates, group=group)
                 scores = np.where(gates != 0, scores, np.inf).ravel()
                 chosen = [divmod(int(i), N) for i in np.argsort(scores, kind="stable")[:need]]
             else:
@@ -224,7 +247,7 @@ def pruning_curve(config: Config, params, batches=None, steps: int | None = None
             for layer, head in chosen:
                 gates[layer, head] = 0.0
             pruned += chosen
-        metrics = evaluate_gates(config, params, gates, batches)
+        metrics = _evaluate(config, params, _all_gates(config, gates, group), batches)
         result["loss"].append(metrics["loss"])
         result["accuracy"].append(metrics["accuracy"])
     result["loss"], result["accuracy"] = np.asarray(result["loss"]), np.asarray(result["accuracy"])
@@ -255,41 +278,20 @@ def plot_pruning_curve(curves, path, title: str = "pruning heads"):
     fig.savefig(path, dpi=110)
 
 
-def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None = None) -> str:
-    """Knockout, importance and pruning of a run's checkpoint on its validation batches:
-    ``knockout.csv`` / ``knockout.md``, ``knockout.png``, ``importance.png``, ``pruning.png``;
-    and the pairwise JS divergence of each layer's heads on the first validation batch
-    (``attnjax.analysis.head_similarity``): ``head_js.csv``, ``head_js.png`` and a table in
-    ``knockout.md``; for a family with other head groups (an encoder–decoder's
-    cross-attention) their knockout too, a table in ``knockout.md`` and
-    ``<group>_knockout.png``. Returns the Markdown of ``knockout.md``."""
-    if which not in ("best", "latest"):
-        raise ValueError(f"which={which!r} is not valid; choices: best, latest")
-    config, params, step = RunDir(run_dir).params(which)
-    batches = validation_batches(config)
-    L, N = _shape(config)
-    base = evaluate_gates(config, params, np.ones((L, N)), batches)
-    delta = knockout_losses(config, params, batches)
-    importance = head_importance(config, params, batches)
-    probe = jax.device_get(batches[0])
-    js = head_js(config, params, probe["inputs"], arguments=family(config.model).arguments(probe))
-    curves = [pruning_curve(config, params, batches, steps, order="importance"),
-              pruning_curve(config, params, batches, steps, order="knockout", knockout=delta),
-              pruning_curve(config, params, batches, steps, order="random", seed=config.seed)]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"{Path(run_dir).name} step {step}"
-    with open(out / "knockout.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["layer", "head", "knockout_delta", "importance"])
-        for layer in range(L):
-            for head in range(N):
-                writer.writerow([layer, head, f"{delta[layer, head]:.6g}",
-                                 f"{importance[layer, head]:.6g}"])
-    lines = [f"# Heads of {name}", "",
-             f"Baseline validation loss {base['loss']:.4f}, accuracy {base['accuracy']:.4f} "
-             f"({len(batches)} batches).", "",
-             "| head | knockout delta loss | importance (layer-normalised) |", "|---|---|---|"]
+def _pruning_curves(config: Config, params, batches, steps, delta, group: str) -> list[dict]:
+    """The three removal orders of ``group``'s heads (knockout order from ``delta``)."""
+    return [pruning_curve(config, params, batches, steps, order="importance", group=group),
+            pruning_curve(config, params, batches, steps, order="knockout", knockout=delta,
+                          group=group),
+            pruning_curve(config, params, batches, steps, order="random", seed=config.seed,
+                          group=group)]
+
+
+def _group_markdown(delta, importance, curves, label: str) -> list[str]:
+    """A group's per-head table (knockout, importance) and its pruning table."""
+    L, N = delta.shape
+    lines = [f"| {label}head | knockout delta loss | importance (layer-normalised) |",
+             "|---|---|---|"]
     lines += [f"| L{l}.H{h} | {delta[l, h]:+.4f} | {importance[l, h]:.3f} |"
               for l in range(L) for h in range(N)]
     lines += ["", "| fraction removed | " + " | ".join(f"{c['order']} loss / acc" for c in curves)
@@ -297,30 +299,71 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     for k, fraction in enumerate(curves[0]["fraction"]):
         cells = [f"{c['loss'][k]:.4f} / {c['accuracy'][k]:.3f}" for c in curves]
         lines.append(f"| {fraction:.3f} | " + " | ".join(cells) + " |")
-    lines += ["", "Importance order removed: " + ", ".join(
+    return lines + ["", "Importance order removed: " + ", ".join(
         f"L{l}H{h}" for l, h in curves[0]["pruned"])]
-    lines += ["", "Same-layer head similarity: Jensen-Shannon divergence between two heads' "
-              f"rows (query rows >= 1, {len(batches[0]['inputs'])} examples of the first "
-              "validation batch; 0 = identical, ln 2 = 0.693 = disjoint):", "",
-              format_js_table(js)]
-    for group in family(config.model).head_groups(config.model):
-        knocked = group_knockout_losses(config, params, batches, group)
-        lines += ["", f"Knockout of the {group}-attention heads (delta loss):", "",
-                  f"| head | {group} knockout delta loss |", "|---|---|"]
-        lines += [f"| L{l}.H{h} | {knocked[l, h]:+.4f} |"
-                  for l in range(knocked.shape[0]) for h in range(knocked.shape[1])]
-        plot_knockout_heatmap(knocked, out / f"{group}_knockout.png",
-                              f"{name}: val loss increase when one {group}-attention head "
-                              f"is knocked out (baseline {base['loss']:.3f})")
+
+
+def _group_report(config: Config, params, batches, steps, group: str, out: Path, name: str,
+                  base: dict) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Knockout, importance and pruning of ``group``'s heads: ``(delta, importance, Markdown
+    lines)``, and their pictures (``knockout.png``, ``importance.png``, ``pruning.png``,
+    prefixed ``<group>_`` for a group other than the model's own heads)."""
+    delta = knockout_losses(config, params, batches, group=group)
+    importance = head_importance(config, params, batches, group=group)
+    curves = _pruning_curves(config, params, batches, steps, delta, group)
+    prefix, what = ("", "head") if group == SELF else (f"{group}_", f"{group}-attention head")
+    plot_knockout_heatmap(delta, out / f"{prefix}knockout.png",
+                          f"{name}: val loss increase when one {what} is knocked out "
+                          f"(baseline {base['loss']:.3f})")
+    plot_head_matrix(importance, out / f"{prefix}importance.png",
+                     f"{name}: {what} importance E|dL/d gate| (L2-normalised per layer)",
+                     label="importance")
+    plot_pruning_curve(curves, out / f"{prefix}pruning.png",
+                       f"{name}: iterative pruning of the {what}s")
+    label = "" if group == SELF else f"{group} "
+    return delta, importance, _group_markdown(delta, importance, curves, label)
+
+
+def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None = None) -> str:
+    """Knockout, importance and pruning of a run's checkpoint on its validation batches:
+    ``knockout.csv`` / ``knockout.md``, ``knockout.png``, ``importance.png``, ``pruning.png``;
+    and the pairwise JS divergence of each layer's heads on the first validation batch
+    (``attnjax.analysis.head_similarity``): ``head_js.csv``, ``head_js.png`` and a table in
+    ``knockout.md``; for a family with other head groups (an encoder–decoder's cross-attention
+    and encoder heads) the same three for each, pruned with the other groups kept: a section of
+    ``knockout.md`` and ``<group>_knockout.png``, ``<group>_importance.png``,
+    ``<group>_pruning.png``. Returns the Markdown of ``knockout.md``."""
+    if which not in ("best", "latest"):
+        raise ValueError(f"which={which!r} is not valid; choices: best, latest")
+    config, params, step = RunDir(run_dir).params(which)
+    batches = validation_batches(config)
+    base = evaluate_gates(config, params, np.ones(_shape(config)), batches)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{Path(run_dir).name} step {step}"
+    delta, importance, own = _group_report(config, params, batches, steps, SELF, out, name, base)
+    with open(out / "knockout.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["layer", "head", "knockout_delta", "importance"])
+        for (layer, head), value in np.ndenumerate(delta):
+            writer.writerow([layer, head, f"{value:.6g}", f"{importance[layer, head]:.6g}"])
+    probe = jax.device_get(batches[0])
+    js = head_js(config, params, probe["inputs"], arguments=family(config.model).arguments(probe))
+    lines = [f"# Heads of {name}", "",
+             f"Baseline validation loss {base['loss']:.4f}, accuracy {base['accuracy']:.4f} "
+             f"({len(batches)} batches).", "", *own, "",
+             "Same-layer head similarity: Jensen-Shannon divergence between two heads' "
+             f"rows (query rows >= 1, {len(batches[0]['inputs'])} examples of the first "
+             "validation batch; 0 = identical, ln 2 = 0.693 = disjoint):", "",
+             format_js_table(js)]
+    for group in head_groups(config):
+        if group != SELF:
+            section = _group_report(config, params, batches, steps, group, out, name, base)[2]
+            lines += ["", f"## The {group}-attention heads", "",
+                      f"Knockout, importance and pruning of the {group}-attention heads (the "
+                      "other heads kept):", "", *section]
     text = "\n".join(lines) + "\n"
     (out / "knockout.md").write_text(text)
-    plot_knockout_heatmap(delta, out / "knockout.png",
-                          f"{name}: val loss increase when one head is knocked out "
-                          f"(baseline {base['loss']:.3f})")
-    plot_head_matrix(importance, out / "importance.png",
-                     f"{name}: head importance E|dL/d gate| (L2-normalised per layer)",
-                     label="importance")
-    plot_pruning_curve(curves, out / "pruning.png", f"{name}: iterative head pruning")
     write_js_csv(js, out / "head_js.csv")
     plot_head_js(js, out / "head_js.png", f"{name}: JS divergence between a layer's heads")
     return text
