@@ -242,7 +242,7 @@ def test_publishing_replaces_the_rows_of_the_claims_it_ran_and_keeps_the_others(
     assert [row.split(" | ")[0] for row in rows] == ["| XX1a", "| XX1b", "| XX2a", "| XX2b"]
     assert "**confirmed**" in rows[0] and "confirmed a" in rows[0] and "confirmed b" in rows[3]
     assert "| confirmed | 4 |" in text and "| refuted |" not in text
-    assert "Ran on here (every claim)" in text and "Ran on here (claims XX1)" in text
+    assert "Ran on here, every claim:" in text and "Ran on here, claims XX1:" in text
     assert sorted(p.name for p in images.glob("*.png")) == ["XX1-new.png"]
     assert "![XX1a](audit/XX1-new.png)" in text
     # measuring every remaining claim again leaves one invocation behind the rows

@@ -31,9 +31,9 @@ def _ran(invocation: dict) -> str:
     seconds, claims = invocation["seconds"], invocation["claims"]
     work = seconds["training"] + seconds["measuring"]
     which = "every claim" if claims == "all" else "claims " + ", ".join(claims)
-    return (f"Ran on {invocation['machine']} ({which}): training {seconds['training'] / 60:.1f} "
+    return (f"Ran on {invocation['machine']}, {which}: training {seconds['training'] / 60:.1f} "
             f"min + measuring {seconds['measuring'] / 60:.1f} min = {work / 60:.1f} min of work "
-            f"(that report's invocation: {seconds['this invocation'] / 60:.1f} min).")
+            f"(the invocation itself: {seconds['this invocation'] / 60:.1f} min).")
 
 
 def audit_markdown(rows: list[dict], *, invocations: list[dict], plots_dir: str) -> str:
@@ -46,7 +46,7 @@ def audit_markdown(rows: list[dict], *, invocations: list[dict], plots_dir: str)
     lines = ["# Claims audit", "", "Regenerate with (`--only ID,ID` to measure some claims "
              "again; `--publish docs/CLAIMS_AUDIT.md` then replaces only their rows here):", "",
              f"    {COMMAND}", ""]
-    lines += [_ran(invocation) for invocation in invocations]
+    lines += [f"- {_ran(invocation)}" for invocation in invocations]
     lines += ["", CONVENTIONS, "", "| verdict | claims |", "|---|---|"]
     lines += [f"| {word} | {counts[word]} |" for word in (*WORDS, "error") if counts[word]]
     lines += ["", "| id | source | claim | criterion | measured | verdict |",

@@ -82,7 +82,8 @@ def measure(runs) -> dict:
 
 
 def verdict(r):
-    seeds, seconds = r["seeds"], r["seconds"]
+    seeds = r["seeds"]
+    seconds = dict(sorted(r["seconds"].items(), key=lambda item: int(item[0])))
     a_ok, a_note = over_seeds({s: x["max_diff"] <= SAME for s, x in seeds.items()})
     a_text = "; ".join(f"seed {s}: max |static - recomputed| {x['max_diff']:.1e}"
                        for s, x in seeds.items())
