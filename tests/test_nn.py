@@ -8,6 +8,7 @@ of its jitted library functions and loops once per shape, shared by these same-s
 """
 
 import dataclasses
+import functools
 import math
 
 import chex
@@ -94,16 +95,13 @@ def params_for(config, tokens):
     return params
 
 
-def decode(config, params, tokens, chunks):
+def decode(config, params, tokens, chunks, step=None):
     """Logits of decoding ``tokens`` in consecutive pieces of the given sizes, starting from
-    the cache that ``init(..., decode=True)`` creates."""
+    the cache that ``init(..., decode=True)`` creates; ``step(cache, piece)`` (default: the
+    model's apply, op by op) gives each piece's logits and the updated cache."""
     model = DecoderLM(config)
     cache = model.init(jax.random.key(2), tokens[:, :1], decode=True)["cache"]
-
-    def step(cache, piece):
-        (logits, _), updated = model.apply({"params": params, "cache": cache}, piece,
-                                           decode=True, mutable=["cache"])
-        return logits, updated["cache"]
+    step = step or decode_step(config, params)
 
     outputs, start = [], 0
     for size in chunks:
@@ -115,6 +113,16 @@ def decode(config, params, tokens, chunks):
     assert int(cache["position"]) == start
     assert int(cache["block_0"]["attention"]["index"]) == start
     return jnp.concatenate(outputs, axis=1)
+
+
+def decode_step(config, params):
+    model = DecoderLM(config)
+
+    def step(cache, piece):
+        (logits, _), updated = model.apply({"params": params, "cache": cache}, piece,
+                                           decode=True, mutable=["cache"])
+        return logits, updated["cache"]
+    return step
 
 
 def check_decode_matches(config, params, tokens, full, chunks):
@@ -698,6 +706,16 @@ def test_no_embed_hook_adds_nothing(kind):
 # ------------------------------------------------------------------ 10. jit / no jit
 
 
+@functools.cache
+def op_by_op_reference(tokens_length):
+    """Parameters (kernels own none: the reference kernel's tree) and the reference kernel's
+    logits, computed op by op; shared by both variants below."""
+    tokens = tokens_of(tokens_length)
+    with jax.disable_jit():
+        params = init_params(tiny("alibi"), tokens)
+        return params, logits_of(tiny("alibi"), params, tokens)
+
+
 class DecoderVariantsTest(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
@@ -706,9 +724,7 @@ class DecoderVariantsTest(chex.TestCase):
         its lax.map / lax.scan run compiled) equals the reference kernel run op by op."""
         tokens = tokens_of(T_SWAP)
         config = tiny("alibi", "chunked", block_q=4, block_k=4)
-        with jax.disable_jit():
-            params = init_params(config, tokens)
-            expected = logits_of(tiny("alibi"), params, tokens)
+        params, expected = op_by_op_reference(T_SWAP)
 
         @self.variant
         def forward(params, tokens):
@@ -745,31 +761,31 @@ def test_every_slot_choice_trains_and_decodes_like_the_full_forward(field, name)
     check_decode_matches(config, params, tokens[:, :T_DECODE], full, PROMPT_CHUNKS)
 
 
-def test_decoding_past_the_cache_gives_nan_and_a_longer_call_is_refused():
+def test_decoding_past_the_cache_gives_nan_and_a_longer_call_is_refused(rope_setup):
     config = tiny("rope")
     tokens = tokens_of(MAX_LEN + 2)
-    params = params_for(config, tokens[:, :MAX_LEN])
-    inside = decode(config, params, tokens[:, :MAX_LEN], [MAX_LEN - 1, 1])
+    _, params, _ = rope_setup
+    # Jitted: pieces of 15, 16 and 18 tokens are shapes no other test runs op by op, and the
+    # refusal comes from the shapes, while tracing.
+    step = jax.jit(decode_step(config, params))
+    inside = decode(config, params, tokens[:, :MAX_LEN], [MAX_LEN - 1, 1], step)
     chex.assert_tree_all_finite(inside)                     # the last slot still fits
-    model = DecoderLM(config)
-    cache = model.init(jax.random.key(2), tokens[:, :1], decode=True)["cache"]
-    (_, _), state = model.apply({"params": params, "cache": cache}, tokens[:, :MAX_LEN],
-                                decode=True, mutable=["cache"])
-    (past, _), _ = model.apply({"params": params, "cache": state["cache"]},
-                               tokens[:, MAX_LEN:MAX_LEN + 1], decode=True, mutable=["cache"])
+    cache = DecoderLM(config).init(jax.random.key(2), tokens[:, :1], decode=True)["cache"]
+    _, full = step(cache, tokens[:, :MAX_LEN])
+    past, _ = step(full, tokens[:, MAX_LEN:MAX_LEN + 1])
     assert np.isnan(np.asarray(past)).all()                 # never a silently wrong answer
     with pytest.raises(ValueError, match=rf"exceeds the KV cache \(model.max_length={MAX_LEN}\)"):
-        model.apply({"params": params, "cache": cache}, tokens, decode=True, mutable=["cache"])
+        step(cache, tokens)
 
 
-def test_dynamic_ntk_and_linear_attention_refuse_the_cache_before_tracing():
+def test_dynamic_ntk_and_linear_attention_refuse_the_cache_before_tracing(rope_setup):
     from attnjax.config.kernel import kernel_request
     dynamic = tiny("rope", position={"rope_scaling": "dynamic_ntk"})
     with pytest.raises(ValueError, match=r"rope_scaling='dynamic_ntk' cannot decode"):
         kernel_request(dynamic, decode=True)
-    tokens = tokens_of(T_DECODE)
+    tokens, params, _ = rope_setup                          # RoPE has no parameters
     with pytest.raises(ValueError, match="dynamic_ntk"):
-        decode(dynamic, params_for(dynamic, tokens), tokens, [1] * T_DECODE)
+        decode(dynamic, params, tokens[:, :T_DECODE], [1] * T_DECODE)
     linear = tiny("rope", "linear")
     kernel_request(linear)                                  # it trains ...
     with pytest.raises(ValueError, match=r"^decoding with the KV cache: model\.attention\."
