@@ -5,6 +5,8 @@ regularisers on bidirectional padded batches."""
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -138,7 +140,9 @@ def test_one_example_alone_and_padded_into_a_batch_gives_the_same_outputs(kernel
                                       "model.position.kind": position})
     params = init_params(config)
     model, arguments = build(config.model), family(config.model).arguments
-    apply = jax.jit(lambda tokens, **kwargs: model.apply({"params": params}, tokens, **kwargs))
+    # op by op: every case runs the same five shapes (the batch, each row alone), whose
+    # primitives compile once for all of them, where jit would compile five programs each
+    apply = lambda tokens, **kwargs: model.apply({"params": params}, tokens, **kwargs)
     batch = Dataset(config.data).batch(0, 0, 4, 12, "val")
     padded, _ = apply(batch["inputs"], **arguments(batch))
     for row in range(4):
@@ -181,9 +185,10 @@ def test_segment_embeddings_change_the_output_only_when_there_are_any():
 def test_the_classifier_pools_cls_or_the_mean_of_the_real_tokens(pooling, padding):
     config = tiny_config(TINY_CLASSIFY, **{"model.classifier": pooling,
                                            "data.padding": padding})
-    head = init_params(config)["classifier"]
     batch = Dataset(config.data).batch(0, 0, 4, 12, "val")
     x = jax.random.normal(jax.random.key(1), (4, 12, config.model.d_model))
+    head = Classifier(config.model).init(jax.random.key(0), x, batch["positions"],
+                                         batch["token_mask"])["params"]   # the head alone
     logits = Classifier(config.model).apply({"params": head}, x, batch["positions"],
                                             batch["token_mask"])
     chex.assert_shape(logits, (4, 2))
@@ -230,10 +235,9 @@ def test_head_statistics_of_a_padded_batch_are_those_of_its_examples_alone():
     n = int(batch["token_mask"][row].sum())
     assert n < 12
     one = {name: value[row:row + 1] for name, value in batch.items()}
-    padded = head_stat_arrays(config.model, params, one["inputs"],
-                              family(config.model).arguments(one))
-    alone = head_stat_arrays(config.model, params, one["inputs"][:, :n],
-                             {"segment_ids": one["segment_ids"][:, :n]})
+    stats = jax.jit(functools.partial(head_stat_arrays, config.model))   # as training runs it
+    padded = stats(params, one["inputs"], family(config.model).arguments(one))
+    alone = stats(params, one["inputs"][:, :n], {"segment_ids": one["segment_ids"][:, :n]})
     for name in padded:
         np.testing.assert_allclose(padded[name], alone[name], rtol=2e-5, atol=1e-6,
                                    err_msg=name)
