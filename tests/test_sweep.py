@@ -281,11 +281,25 @@ def _running_worker(sweep: Path, trained: bool, timeout: float = 300) -> tuple[s
 KILLED = {"train.steps": 100, "train.checkpoint_every": 50, "train.eval_every": 50}
 
 
+@pytest.fixture(scope="module")
+def trained_alone(tmp_path_factory):
+    """``run -> the directory of that run trained alone in this process``: the unbroken run a
+    resumed one must equal, trained once per config for the cases below."""
+    done = {}
+
+    def alone(run):
+        if run.config not in done:
+            done[run.config] = tmp_path_factory.mktemp("alone") / run.name
+            train(run.config, done[run.config], progress=False)
+        return done[run.config]
+    return alone
+
+
 @pytest.mark.parametrize("launcher, moment", [("processes", "starting"),
                                               ("processes", "training"),
                                               ("vmap-processes", "training")])
 def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, moment,
-                                                                     launcher):
+                                                                     launcher, trained_alone):
     """SIGKILL of a worker (as the out-of-memory killer does it) as soon as it is handed a run
     (still importing or compiling) or once the run has logged: that run's task is recorded as
     failed naming the signal, the other runs finish, nothing is left marked running, the
@@ -314,9 +328,7 @@ def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, m
                            capture_output=True, timeout=300)
     assert retry.returncode == 0, retry.stderr[-2000:]
     assert {r["status"] for r in _record(sweep)["runs"]} == {"finished"}
-    run = next(r for r in expand(path, overrides) if r.name == name)
-    alone = tmp_path / "alone"
-    train(run.config, alone, progress=False)
+    alone = trained_alone(next(r for r in expand(path, overrides) if r.name == name))
     for a, b in zip(deterministic(RunDir(sweep / name).metrics()),
                     deterministic(RunDir(alone).metrics()), strict=True):
         assert a.keys() == b.keys()
