@@ -246,17 +246,27 @@ def swap_params():
     return init_params(tiny("rope"), tokens_of(T_SWAP))
 
 
+@pytest.fixture(scope="module")
+def swap_reference(swap_params):
+    """``kind -> (logits, aux with the weights)`` of the reference kernel, once per kind."""
+    @functools.cache
+    def run(kind):
+        reference = tiny(kind, "reference")
+        tokens = tokens_of(T_SWAP)
+        _, aux = DecoderLM(reference).apply({"params": swap_params}, tokens, return_weights=True)
+        return logits_of(reference, swap_params, tokens), aux
+    return run
+
+
 @pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("kind", ["rope", "alibi"])
-def test_kernel_swap_and_weights(kind, kernel, swap_params):
+def test_kernel_swap_and_weights(kind, kernel, swap_params, swap_reference):
     """Same params, same logits with every exact kernel (chunked with its small test blocks on
     T=10); return_weights=True falls back to reference for kernels that cannot return weights and
     must compute the same function (or refuse), never silently change the logits."""
     tokens = tokens_of(T_SWAP)
     params = swap_params
-    reference = tiny(kind, "reference")
-    expected = logits_of(reference, params, tokens)
-    _, ref_aux = DecoderLM(reference).apply({"params": params}, tokens, return_weights=True)
+    expected, ref_aux = swap_reference(kind)
     try:
         config = tiny(kind, kernel, **dict(KERNELS.get(kernel).test_options))
     except ValueError:
