@@ -187,7 +187,7 @@ def test_beams_share_the_cross_cache_and_a_broken_slot_contaminates_them():
     encoded = encode(config, params, batch["source"], batch["source_mask"])
     cache, _ = start(config, params, encoded, batch["source_mask"], 3 * 4)
     assert cache["block_0"]["cross_attention"]["cross_key"].shape[0] == 3
-    assert cache["block_0"]["attention"]["key"].shape[0] == 12
+    assert cache["block_0"]["attention"]["cached_key"].shape[0] == 12
     for reorder, right in ((reorder_cache, True), (lambda cache, rows: cache, False)):
         found = beam_translate(config, params, batch["source"], batch["source_mask"], 8,
                                beams=4, alpha=0.0, reorder=reorder)

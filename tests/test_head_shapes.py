@@ -232,17 +232,21 @@ def decode_logits(config, params, tokens):
     return jnp.concatenate(outputs, axis=1), cache
 
 
-@pytest.mark.parametrize("d_v", [4, 16], ids=["d_v=d_k/2", "d_v=2d_k"])
-def test_value_head_dim_decodes_like_the_full_forward(d_v):
+@pytest.mark.parametrize("d_v, layout", [(4, "fused"), (16, "fused"), (16, "separate"),
+                                         (16, "per_head")],
+                         ids=["d_v=d_k/2", "d_v=2d_k", "d_v=2d_k-separate", "d_v=2d_k-per_head"])
+def test_value_head_dim_decodes_like_the_full_forward(d_v, layout):
     """The value cache is ``[B, K, max_length, d_v]`` (head-major) and decoding token by token
-    gives the full forward's logits (fused layout, GQA, RoPE)."""
-    config = small(value_head_dim=d_v, num_kv_heads=2)
+    gives the full forward's logits (GQA, RoPE), in every projection layout (the separate
+    layout's ``key`` and ``value`` projections beside the cache's entries)."""
+    config = small(value_head_dim=d_v, num_kv_heads=2, **LAYOUTS[layout])
     tokens = tokens_of(6)
     params = jax.jit(DecoderLM(config).init)(jax.random.key(1), tokens)["params"]
     full, _ = jax.jit(DecoderLM(config).apply)({"params": params}, tokens)
     decoded, cache = decode_logits(config, params, tokens)
-    chex.assert_shape([cache["block_0"]["attention"]["key"],
-                       cache["block_0"]["attention"]["value"]], [(2, 2, 16, 8), (2, 2, 16, d_v)])
+    attention = cache["block_0"]["attention"]
+    chex.assert_shape([attention["cached_key"], attention["cached_value"]],
+                      [(2, 2, 16, 8), (2, 2, 16, d_v)])
     np.testing.assert_allclose(np.asarray(decoded), np.asarray(full), atol=1e-5, rtol=1e-5)
 
 

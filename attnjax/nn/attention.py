@@ -76,8 +76,9 @@ class MultiHeadAttention(nn.Module):
     what a kernel cannot do is refused by ``kernel_request(..., cross=True)``.
 
     Self-attention with ``decode=True``: the keys and values are appended to a cache of
-    ``max_length`` entries (collection ``cache``) and the queries attend to everything cached
-    so far. With ``return_weights=True`` the
+    ``max_length`` entries (collection ``cache``: ``cached_key``, ``cached_value``, ``index``;
+    named apart from the ``key`` and ``value`` projections of the separate layout) and the
+    queries attend to everything cached so far. With ``return_weights=True`` the
     probabilities ``[B, N, T, S]`` are returned and sown as ``intermediates/attn_weights``;
     kernels that cannot return them (chunked, xla) are swapped for ``reference`` for that call,
     which computes the same function. When applied with ``mutable=["intermediates"]`` it also
@@ -290,9 +291,9 @@ class MultiHeadAttention(nn.Module):
         if T > length:
             raise ValueError(f"decoding {T} tokens at once exceeds the KV cache "
                              f"(model.max_length={length})")
-        initialized = self.has_variable("cache", "key")
-        cached_k = self.variable("cache", "key", jnp.zeros, (B, K, length, H), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (B, K, length, v.shape[3]),
+        initialized = self.has_variable("cache", "cached_key")
+        cached_k = self.variable("cache", "cached_key", jnp.zeros, (B, K, length, H), k.dtype)
+        cached_v = self.variable("cache", "cached_value", jnp.zeros, (B, K, length, v.shape[3]),
                                  v.dtype)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if not initialized:

@@ -80,7 +80,7 @@ def visible_keys(cache) -> list[np.ndarray]:
     """Per layer, the cached keys the next query attends to: slots below the layer's index (the
     cache is ``[B, K, max_length, H]``)."""
     layers = [block["attention"] for name, block in sorted(cache.items()) if name != "position"]
-    return [np.asarray(a["key"][:, :, :int(a["index"])], np.float64) for a in layers]
+    return [np.asarray(a["cached_key"][:, :, :int(a["index"])], np.float64) for a in layers]
 
 
 def key_shift(cache, fresh) -> float:
