@@ -1,0 +1,288 @@
+"""Hugging Face architectures as attnjax models: each reads a ``config.json`` into a
+``ModelConfig`` that computes the same function, and its tensors into that model's parameter
+tree. What a checkpoint sets that the mapping does not express (an activation, a RoPE
+scaling type, a sliding window, a tensor nobody reads) is refused in one line, never
+approximated.
+
+- ``gpt2``: pre-norm LayerNorm blocks, learned positions, GELU (tanh), biases everywhere,
+  fused ``c_attn`` in Conv1D layout (``x @ W``), the output tied to the token embedding.
+- ``llama``, ``mistral``, ``qwen2``: pre-norm RMSNorm blocks, rotate-half RoPE at
+  ``rope_theta``, grouped-query attention, SwiGLU of ``intermediate_size``, no biases (Qwen2:
+  on q, k and v; ``attention_bias`` on all four in Llama), untied output unless
+  ``tie_word_embeddings``.
+- ``bert`` (``BertForMaskedLM``, weights under ``bert.``): post-norm LayerNorm blocks,
+  learned absolute positions and token types, LayerNorm on the summed embeddings, exact GELU,
+  the masked-language head ``cls.predictions`` tied to the word embeddings.
+
+Torch ``Linear`` weights are ``[out, in]`` (``y = x W^T``); attnjax's kernels are ``[in, ...]``
+with heads as axes: queries ``[d, N, H]``, the output projection ``[N, H, d]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+from flax.traverse_util import flatten_dict, unflatten_dict
+
+from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
+
+
+class Tensors:
+    """A checkpoint's tensors by name, under the first of ``prefixes`` its names use (``bert.``
+    when saved from a model with a head), each taken once; ``check_all_read`` refuses a
+    checkpoint with tensors nobody took (but those ``skip``, substrings, names: buffers and
+    unused parts)."""
+
+    def __init__(self, tensors: dict[str, np.ndarray], prefixes=(), skip=()):
+        self.prefix = next((p for p in prefixes if any(k.startswith(p) for k in tensors)), "")
+        self.tensors, self.skip, self.taken = tensors, tuple(skip), set()
+
+    def __call__(self, name: str, prefixed: bool = True) -> np.ndarray:
+        key = self.prefix + name if prefixed else name
+        if key not in self.tensors:
+            raise ValueError(f"the checkpoint has no tensor {key!r}")
+        self.taken.add(key)
+        return self.tensors[key]
+
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self.tensors
+
+    def tied(self, name: str, embedding: np.ndarray) -> None:
+        """A saved copy (``name``, unprefixed) of an output layer tied to ``embedding`` must
+        equal it."""
+        if name in self.tensors and not np.array_equal(self(name, prefixed=False), embedding):
+            raise ValueError(f"the checkpoint's {name!r} differs from the embedding it is "
+                             "tied to")
+
+    def check_all_read(self) -> None:
+        rest = sorted(k for k in self.tensors
+                      if k not in self.taken and not any(s in k for s in self.skip))
+        if rest:
+            raise ValueError(f"the checkpoint has {len(rest)} tensor(s) this mapping does not "
+                             f"read, e.g. {rest[0]!r}: an architecture variant attnjax does "
+                             "not express")
+
+
+def setting(hf: dict, key: str, supported: tuple, default=None):
+    """``hf[key]`` (or ``default``) if it is one of ``supported``, else a one-line refusal."""
+    value = hf.get(key, default)
+    if value not in supported:
+        raise ValueError(f"config.json: {key}={value!r} is not supported for model_type "
+                         f"{hf.get('model_type')!r}; supported: "
+                         f"{', '.join(map(repr, supported))}")
+    return value
+
+
+def rope_theta(hf: dict) -> float:
+    """The RoPE base, from ``rope_parameters`` (transformers 5) or the top level; scaling
+    types other than the plain rotation are refused."""
+    parameters = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or parameters
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default":
+        raise ValueError(f"config.json: rope scaling type {kind!r} is not supported for "
+                         f"model_type {hf.get('model_type')!r}; supported: 'default'")
+    return float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def heads_in(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A torch ``Linear`` weight ``[heads H, d]`` as an attnjax kernel ``[d, heads, H]``."""
+    return weight.T.reshape(weight.shape[1], heads, -1)
+
+
+def heads_out(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A torch output projection ``[d, heads H]`` as an attnjax kernel ``[heads, H, d]``."""
+    return weight.T.reshape(heads, -1, weight.shape[0])
+
+
+def dense(weight: np.ndarray, bias: np.ndarray | None = None) -> dict:
+    """A torch ``Linear`` as a Flax ``Dense``: kernel ``W^T`` (and bias)."""
+    return {"kernel": weight.T, **({} if bias is None else {"bias": bias})}
+
+
+def norm(t: Tensors, name: str, bias: bool = True) -> dict:
+    return {"scale": t(f"{name}.weight"), **({"bias": t(f"{name}.bias")} if bias else {})}
+
+
+# ------------------------------------------------------------------------------------ GPT-2
+
+GELUS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
+
+
+def gpt2_config(hf: dict) -> ModelConfig:
+    act = setting(hf, "activation_function", tuple(GELUS), "gelu_new")
+    setting(hf, "scale_attn_weights", (True,), True)
+    setting(hf, "scale_attn_by_inverse_layer_idx", (False,), False)
+    d = hf["n_embd"]
+    return ModelConfig(
+        family="decoder", vocab_size=hf["vocab_size"], d_model=d, num_layers=hf["n_layer"],
+        max_length=hf["n_positions"], mlp=GELUS[act], mlp_hidden=hf.get("n_inner") or 4 * d,
+        norm="layer", norm_eps=hf.get("layer_norm_epsilon", 1e-5), embed_scale=1.0,
+        tie_embeddings=True, position=PositionConfig("learned"),
+        attention=AttentionConfig(num_heads=hf["n_head"], use_bias=True, fused_qkv=False))
+
+
+def gpt2_params(tensors: dict, config: ModelConfig) -> dict:
+    # skipped: the causal-mask buffers old checkpoints saved
+    t = Tensors(tensors, ("transformer.",), skip=(".attn.bias", ".attn.masked_bias"))
+    N = config.attention.num_heads
+    params = {"embed": {"embedding": t("wte.weight")}, "position_embedding": t("wpe.weight"),
+              "final_norm": norm(t, "ln_f")}
+    for i in range(config.num_layers):
+        p = f"h.{i}."
+        q, k, v = np.split(t(p + "attn.c_attn.weight"), 3, axis=1)     # Conv1D: [d, 3d]
+        qb, kb, vb = np.split(t(p + "attn.c_attn.bias"), 3)
+        attention = {name: {"kernel": w.reshape(w.shape[0], N, -1), "bias": b.reshape(N, -1)}
+                     for name, w, b in (("query", q, qb), ("key", k, kb), ("value", v, vb))}
+        out = t(p + "attn.c_proj.weight")
+        attention["out"] = {"kernel": out.reshape(N, -1, out.shape[1]),
+                            "bias": t(p + "attn.c_proj.bias")}
+        params[f"block_{i}"] = {
+            "attention_norm": norm(t, p + "ln_1"), "attention": attention,
+            "mlp_norm": norm(t, p + "ln_2"),
+            "mlp": {"up": {"kernel": t(p + "mlp.c_fc.weight"), "bias": t(p + "mlp.c_fc.bias")},
+                    "down": {"kernel": t(p + "mlp.c_proj.weight"),
+                             "bias": t(p + "mlp.c_proj.bias")}}}
+    t.tied("lm_head.weight", params["embed"]["embedding"])
+    t.check_all_read()
+    return params
+
+
+# ------------------------------------------------------------------- Llama, Mistral, Qwen2
+
+def llama_config(hf: dict) -> ModelConfig:
+    setting(hf, "hidden_act", ("silu",), "silu")
+    if hf.get("model_type") == "mistral" or hf.get("use_sliding_window"):
+        setting(hf, "sliding_window", (None,), None)
+    qkv_bias = hf.get("model_type") == "qwen2" or hf.get("attention_bias", False)
+    heads = hf["num_attention_heads"]
+    return ModelConfig(
+        family="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], max_length=hf["max_position_embeddings"],
+        mlp="swiglu", mlp_hidden=hf["intermediate_size"], mlp_bias=hf.get("mlp_bias", False),
+        norm="rms", norm_eps=hf.get("rms_norm_eps", 1e-6), embed_scale=1.0,
+        tie_embeddings=hf.get("tie_word_embeddings", False),
+        position=PositionConfig("rope", rope_base=rope_theta(hf)),
+        attention=AttentionConfig(
+            num_heads=heads, num_kv_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, use_bias=bool(qkv_bias),
+            fused_qkv=False))
+
+
+def llama_params(tensors: dict, config: ModelConfig) -> dict:
+    t = Tensors(tensors, ("model.",))
+    att = config.attention
+    params = {"embed": {"embedding": t("embed_tokens.weight")}, "final_norm": norm(t, "norm",
+                                                                                  False)}
+    for i in range(config.num_layers):
+        p = f"layers.{i}."
+        attention = {}
+        for name, proj, heads in (("query", "q_proj", att.num_heads),
+                                  ("key", "k_proj", att.kv_heads),
+                                  ("value", "v_proj", att.kv_heads)):
+            attention[name] = {"kernel": heads_in(t(f"{p}self_attn.{proj}.weight"), heads)}
+            if att.use_bias:
+                attention[name]["bias"] = t(f"{p}self_attn.{proj}.bias").reshape(heads, -1)
+        attention["out"] = {"kernel": heads_out(t(p + "self_attn.o_proj.weight"), att.num_heads)}
+        if att.use_bias:       # Qwen2 has none on the output projection: zero is exact
+            name = p + "self_attn.o_proj.bias"
+            attention["out"]["bias"] = (t(name) if t.has(name)
+                                        else np.zeros(config.d_model, np.float32))
+        gate, up = t(p + "mlp.gate_proj.weight"), t(p + "mlp.up_proj.weight")
+        mlp = {"gate_up": {"kernel": np.concatenate([gate.T, up.T], axis=1)},
+               "down": {"kernel": t(p + "mlp.down_proj.weight").T}}
+        if config.mlp_bias:
+            mlp["gate_up"]["bias"] = np.concatenate([t(p + "mlp.gate_proj.bias"),
+                                                     t(p + "mlp.up_proj.bias")])
+            mlp["down"]["bias"] = t(p + "mlp.down_proj.bias")
+        params[f"block_{i}"] = {"attention_norm": norm(t, p + "input_layernorm", False),
+                                "attention": attention,
+                                "mlp_norm": norm(t, p + "post_attention_layernorm", False),
+                                "mlp": mlp}
+    if config.tie_embeddings:
+        t.tied("lm_head.weight", params["embed"]["embedding"])
+    else:
+        params["unembed"] = {"kernel": t("lm_head.weight", prefixed=False).T}
+    t.check_all_read()
+    return params
+
+
+# ------------------------------------------------------------------------------------- BERT
+
+def bert_config(hf: dict) -> ModelConfig:
+    act = setting(hf, "hidden_act", ("gelu", "gelu_new"), "gelu")
+    setting(hf, "position_embedding_type", ("absolute",), "absolute")
+    return ModelConfig(
+        family="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], max_length=hf["max_position_embeddings"],
+        mlp=GELUS[act], mlp_hidden=hf["intermediate_size"], norm="layer",
+        norm_eps=hf.get("layer_norm_eps", 1e-12), norm_position="post", embed_norm=True,
+        embed_scale=1.0, type_vocab_size=hf.get("type_vocab_size", 2), tie_embeddings=True,
+        position=PositionConfig("learned"),
+        attention=AttentionConfig(num_heads=hf["num_attention_heads"], use_bias=True,
+                                  fused_qkv=False))
+
+
+def bert_params(tensors: dict, config: ModelConfig) -> dict:
+    if not any(k.startswith("cls.predictions.") for k in tensors):
+        raise ValueError("the checkpoint has no masked-language head (cls.predictions.*): "
+                         "attnjax imports BertForMaskedLM checkpoints; a bare BertModel's "
+                         "outputs are not yet an attnjax model")
+    t = Tensors(tensors, ("bert.",), skip=("pooler.",))     # the [CLS] pooler: not the MLM
+    N = config.attention.num_heads
+    e = "embeddings."
+    params = {"embed": {"embedding": t(e + "word_embeddings.weight")},
+              "position_embedding": t(e + "position_embeddings.weight"),
+              "type_embed": {"embedding": t(e + "token_type_embeddings.weight")},
+              "embed_norm": norm(t, e + "LayerNorm")}
+    for i in range(config.num_layers):
+        p = f"encoder.layer.{i}."
+        attention = {name: {"kernel": heads_in(t(f"{p}attention.self.{name}.weight"), N),
+                            "bias": t(f"{p}attention.self.{name}.bias").reshape(N, -1)}
+                     for name in ("query", "key", "value")}
+        attention["out"] = {"kernel": heads_out(t(p + "attention.output.dense.weight"), N),
+                            "bias": t(p + "attention.output.dense.bias")}
+        params[f"block_{i}"] = {
+            "attention": attention, "attention_norm": norm(t, p + "attention.output.LayerNorm"),
+            "mlp": {"up": dense(t(p + "intermediate.dense.weight"),
+                                t(p + "intermediate.dense.bias")),
+                    "down": dense(t(p + "output.dense.weight"), t(p + "output.dense.bias"))},
+            "mlp_norm": norm(t, p + "output.LayerNorm")}
+    head = lambda name: t(f"cls.predictions.{name}", prefixed=False)
+    params["mlm_head"] = {"transform": dense(head("transform.dense.weight"),
+                                             head("transform.dense.bias")),
+                          "transform_norm": {"scale": head("transform.LayerNorm.weight"),
+                                             "bias": head("transform.LayerNorm.bias")},
+                          "bias": head("bias")}
+    t.tied("cls.predictions.decoder.weight", params["embed"]["embedding"])
+    t.tied("cls.predictions.decoder.bias", params["mlm_head"]["bias"])
+    t.check_all_read()
+    return params
+
+
+class Architecture(NamedTuple):
+    config: Callable[[dict], ModelConfig]
+    params: Callable[[dict, ModelConfig], dict]
+
+
+ARCHITECTURES = {"gpt2": Architecture(gpt2_config, gpt2_params),
+                 "llama": Architecture(llama_config, llama_params),
+                 "mistral": Architecture(llama_config, llama_params),
+                 "qwen2": Architecture(llama_config, llama_params),
+                 "bert": Architecture(bert_config, bert_params)}
+
+
+def architecture(hf: dict) -> Architecture:
+    kind = hf.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise ValueError(f"config.json: model_type={kind!r} is not supported; supported: "
+                         f"{', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[kind]
+
+
+def as_tree(params: dict) -> dict:
+    """The nested parameter dict with every leaf a float32 array of its own."""
+    return unflatten_dict({key: np.array(value, np.float32)
+                           for key, value in flatten_dict(params).items()})

@@ -1,0 +1,135 @@
+"""Pretrained checkpoints (``attnjax.pretrained``): tiny random Hugging Face models of each
+supported architecture (``tests/data/hf``, made by ``scripts/make_hf_fixtures.py`` with
+``transformers``) load into attnjax models whose logits and every layer's attention weights
+equal the ``transformers`` outputs stored beside them, at 1e-5 in float32; a decoder decodes
+with its KV cache as its full forward computes; what the mapping cannot express is refused in
+one line. With ``transformers`` installed, the references are recomputed live too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from attnjax.config import Config, from_dict, to_dict
+from attnjax.generate import decode_step, empty_cache
+from attnjax.models import build
+from attnjax.pretrained import load_pretrained
+from helpers import REPO, raises_one_line
+
+FIXTURES = REPO / "tests" / "data" / "hf"
+MODELS = ["bert_mlm", "gpt2", "llama", "mistral", "qwen2"]      # bert: a bare BertModel
+DECODERS = ["gpt2", "llama", "mistral", "qwen2"]
+
+
+def forward(name):
+    config, params = load_pretrained(FIXTURES / name)
+    reference = np.load(FIXTURES / name / "reference.npz")
+    logits, aux = build(config).apply({"params": params}, reference["input_ids"],
+                                      return_weights=True)
+    return config, params, reference, np.asarray(logits), np.stack(aux["attn_weights"])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_logits_and_every_layers_attention_equal_the_transformers_outputs(name):
+    config, _, reference, logits, weights = forward(name)
+    np.testing.assert_allclose(logits, reference["logits"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(weights, reference["attentions"], rtol=0, atol=1e-5)
+    hf = json.loads((FIXTURES / name / "config.json").read_text())
+    assert config.num_layers == weights.shape[0] == hf["num_hidden_layers" if "n_layer" not in
+                                                       hf else "n_layer"]
+
+
+def test_what_each_architecture_maps_to():
+    gpt2, llama, qwen2, bert = (load_pretrained(FIXTURES / n)[0]
+                                for n in ("gpt2", "llama", "qwen2", "bert_mlm"))
+    assert (gpt2.position.kind, gpt2.norm, gpt2.mlp, gpt2.tie_embeddings) == (
+        "learned", "layer", "gelu", True)
+    assert (llama.position.kind, llama.position.rope_base, llama.norm, llama.mlp,
+            llama.mlp_hidden, llama.tie_embeddings) == ("rope", 500000.0, "rms", "swiglu", 88,
+                                                        False)
+    assert (llama.attention.num_heads, llama.attention.kv_heads, llama.attention.use_bias) == (
+        4, 2, False)
+    assert qwen2.attention.use_bias                       # q, k, v biases (o: zero)
+    assert (bert.family, bert.norm_position, bert.embed_norm, bert.mlp, bert.norm_eps) == (
+        "encoder", "post", True, "gelu_exact", 1e-12)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_an_imported_decoder_decodes_with_its_cache_as_its_full_forward(name):
+    model, params, reference, logits, _ = forward(name)
+    config = from_dict(Config, {"model": to_dict(model), "data": {
+        "task": "uniform", "vocab_size": model.vocab_size, "length": 16}})
+    step = jax.jit(decode_step(config))
+    tokens = reference["input_ids"]
+    cache, first = step(params, empty_cache(config, len(tokens)), tokens[:, :5])
+    pieces = [first]
+    for t in range(5, tokens.shape[1]):
+        cache, out = step(params, cache, tokens[:, t:t + 1])
+        pieces.append(out)
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), logits, rtol=1e-5, atol=1e-5)
+
+
+def copy_fixture(tmp_path, name):
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    return target
+
+
+def edit_config(directory, **changes):
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("name, changes, message", [
+    ("llama", {"model_type": "falcon"}, "model_type='falcon' is not supported; supported: gpt2"),
+    ("llama", {"hidden_act": "gelu"}, "hidden_act='gelu' is not supported for model_type "
+                                      "'llama'; supported: 'silu'"),
+    ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
+     "rope scaling type 'llama3' is not supported for model_type 'llama'"),
+    ("mistral", {"sliding_window": 4096}, "sliding_window=4096 is not supported"),
+    ("gpt2", {"activation_function": "relu"}, "activation_function='relu' is not supported"),
+    ("bert_mlm", {"position_embedding_type": "relative_key"},
+     "position_embedding_type='relative_key' is not supported"),
+])
+def test_unsupported_settings_are_one_line_refusals(tmp_path, name, changes, message):
+    directory = copy_fixture(tmp_path, name)
+    edit_config(directory, **changes)
+    raises_one_line(lambda: load_pretrained(directory), message)
+
+
+def test_pickles_missing_files_and_unread_tensors_are_refused(tmp_path):
+    directory = copy_fixture(tmp_path, "llama")
+    (directory / "model.safetensors").rename(directory / "pytorch_model.bin")
+    raises_one_line(lambda: load_pretrained(directory),
+                    "has only pickled weights (pytorch_model.bin), which attnjax never loads")
+    raises_one_line(lambda: load_pretrained(tmp_path / "nowhere"), "is not a directory")
+    raises_one_line(lambda: load_pretrained(FIXTURES / "bert"),
+                    "a bare BertModel's outputs are not yet an attnjax model")
+    sharded = copy_fixture(tmp_path, "gpt2")
+    (sharded / "model-00003-of-00005.safetensors").unlink()
+    raises_one_line(lambda: load_pretrained(sharded),
+                    "lists model-00003-of-00005.safetensors, which is missing")
+    extra = copy_fixture(tmp_path / "extra", "qwen2")
+    edit_config(extra, num_hidden_layers=1)              # layer 1's tensors are left unread
+    raises_one_line(lambda: load_pretrained(extra),
+                    "tensor(s) this mapping does not read, e.g. 'model.layers.1.")
+
+
+def test_the_references_recomputed_live_with_transformers():
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    for name in MODELS:
+        hf = json.loads((FIXTURES / name / "config.json").read_text())
+        model_class = getattr(transformers, hf["architectures"][0])
+        model = model_class.from_pretrained(FIXTURES / name, dtype=torch.float32,
+                                            attn_implementation="eager").eval()
+        _, _, reference, logits, weights = forward(name)
+        with torch.no_grad():
+            out = model(torch.as_tensor(reference["input_ids"]), output_attentions=True)
+        np.testing.assert_allclose(logits, out.logits.numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(weights, np.stack([a.numpy() for a in out.attentions]),
+                                   rtol=0, atol=1e-5)
