@@ -8,7 +8,7 @@ the tiny configs) are in ``helpers.py``.
   is reported as a warning and compiled instead, never used).
 - ``assert_png``: see ``check_png``.
 
-The session compiles at XLA's CPU optimisation level 1 (set below, before JAX starts).
+The session compiles at XLA's CPU optimisation level 0 (set below, before JAX starts).
 
 Order: the files that take longest run first (``SLOWEST_FIRST``, below), so that under
 ``make test`` (``pytest -n 2 --dist loadfile``: each file on one worker, its module fixtures
@@ -19,11 +19,12 @@ other worker has nothing left to do.
 import os
 
 from attnjax.compilation import quick_compile_flags
+from helpers import SUITE_LEVEL
 
 # Before any test computes (XLA reads its flags when the backend starts): the suite compiles
 # thousands of small programs and runs each briefly, so it compiles at XLA's CPU optimisation
-# level 1 (attnjax.compilation: bit-identical results); processes that tests start inherit it
-os.environ["XLA_FLAGS"] = quick_compile_flags(os.environ.get("XLA_FLAGS"))
+# level 0 (attnjax.compilation: bit-identical results); processes that tests start inherit it
+os.environ["XLA_FLAGS"] = quick_compile_flags(os.environ.get("XLA_FLAGS"), SUITE_LEVEL)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -42,13 +42,18 @@ COMPILE_CACHE = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR")
 COMPILE_CACHE_ENV = {"JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
                      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
+# XLA's CPU optimisation level of the session and the processes it starts: the lowest, as its
+# programs run for milliseconds and code generation is most of their cost (the same bits at
+# every level: attnjax.compilation)
+SUITE_LEVEL = 0
+
 
 def subprocess_env(**extra: str) -> dict:
     """The environment for a Python subprocess of a test: this one's, attnjax importable from
     the checkout, the session's compilation cache, and ``extra`` (``XLA_FLAGS`` in it keep
-    the session's quick compilation, ``attnjax.compilation``)."""
+    the session's optimisation level, ``SUITE_LEVEL``)."""
     if "XLA_FLAGS" in extra:
-        extra["XLA_FLAGS"] = quick_compile_flags(extra["XLA_FLAGS"])
+        extra["XLA_FLAGS"] = quick_compile_flags(extra["XLA_FLAGS"], SUITE_LEVEL)
     return {**os.environ, "PYTHONPATH": str(REPO), **COMPILE_CACHE_ENV, **extra}
 
 

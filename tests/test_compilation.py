@@ -13,6 +13,7 @@ def test_flags_are_added_once_and_a_chosen_level_is_kept():
     assert quick_compile_flags(quick_compile_flags(devices)) == f"{devices} {QUICK_COMPILE}"
     assert quick_compile_flags("--xla_backend_optimization_level=3") == \
         "--xla_backend_optimization_level=3"
+    assert quick_compile_flags(None, level=0) == "--xla_backend_optimization_level=0"
 
 
 def test_workers_get_the_flags_and_this_process_keeps_its_own(monkeypatch):
