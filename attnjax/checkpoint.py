@@ -87,12 +87,24 @@ class Checkpoints:
         if not read_only:
             sys.unraisablehook = _quiet_closed_loops(self._unraisable)
         try:
-            self.manager = ocp.CheckpointManager(Path(directory).absolute(), options=options)
+            self.manager = self._open(Path(directory).absolute(), options)
         except BaseException:
             self._unquiet()
             raise
         if read_only:
             self._unquiet()
+
+    def _open(self, directory: Path, options) -> ocp.CheckpointManager:
+        """The manager; a reader's opening reads every checkpoint's metrics, so a writer that
+        removes one meanwhile (``FileNotFoundError``) makes it open again, ``READ_ATTEMPTS``
+        times in all."""
+        for attempt in range(READ_ATTEMPTS if self._read_only else 1):
+            try:
+                return ocp.CheckpointManager(directory, options=options)
+            except FileNotFoundError:
+                if attempt == READ_ATTEMPTS - 1 or not self._read_only:
+                    raise
+                time.sleep(READ_PAUSE)
 
     def _unquiet(self):
         self._absl.setLevel(self._absl_level)

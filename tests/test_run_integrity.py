@@ -262,6 +262,31 @@ def test_a_reader_follows_the_writer_past_a_checkpoint_it_removed(finished, tmp_
     assert capsys.readouterr().err == ""
 
 
+def test_a_reader_opens_again_when_the_writer_removes_a_checkpoint_it_was_opening(
+        finished, monkeypatch):
+    """Opening reads every checkpoint's metrics; a checkpoint removed between the listing and
+    the read (made to happen here on the first opening, as a writer keeping the newest ones
+    does it) makes the reader open again, on what is left."""
+    import orbax.checkpoint as ocp
+    real, openings = ocp.CheckpointManager, []
+
+    def racing(directory, **kwargs):
+        openings.append(directory)
+        if len(openings) == 1:
+            raise FileNotFoundError(f"{directory}/10/metrics")
+        return real(directory, **kwargs)
+    monkeypatch.setattr(ocp, "CheckpointManager", racing)
+    reader = Checkpoints(finished / "ckpt", read_only=True)
+    try:
+        params, step = reader.restore_params()
+        assert step == 20 and params is not None and len(openings) == 2
+    finally:
+        reader.close()
+    with pytest.raises(FileNotFoundError):     # a writer has no one to wait for
+        openings.clear()
+        Checkpoints(finished / "ckpt")
+
+
 # ------------------------------------------------ run and sweep directories are data, not code
 
 def test_reading_a_sweep_runs_none_of_its_code_and_follows_no_path_out(finished, tmp_path,
