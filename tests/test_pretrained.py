@@ -3,10 +3,12 @@ supported architecture (``tests/data/hf``, made by ``scripts/make_hf_fixtures.py
 ``transformers``) load into attnjax models whose logits and every layer's attention weights
 equal the ``transformers`` outputs stored beside them, at 1e-5 in float32; a decoder decodes
 with its KV cache as its full forward computes; what the mapping cannot express is refused in
-one line. With ``transformers`` installed, the references are recomputed live too."""
+one line; each tokenizer gives the references' ids and their text back. With ``transformers``
+installed, the references are recomputed live too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -17,12 +19,15 @@ import pytest
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.generate import decode_step, empty_cache
 from attnjax.models import build
-from attnjax.pretrained import load_pretrained
+from attnjax.pretrained import TextTokenizer, check_vocabulary, load_pretrained
 from helpers import REPO, raises_one_line
 
 FIXTURES = REPO / "tests" / "data" / "hf"
 MODELS = ["bert_mlm", "gpt2", "llama", "mistral", "qwen2"]      # bert: a bare BertModel
 DECODERS = ["gpt2", "llama", "mistral", "qwen2"]
+# the sentences scripts/make_hf_fixtures.py tokenized into each reference's input_ids (cut to
+# the shorter one's length)
+SENTENCES = ("The dog sat on the mat by the door.", "Attention heads rotate the queries.")
 
 
 def forward(name):
@@ -133,3 +138,40 @@ def test_the_references_recomputed_live_with_transformers():
         np.testing.assert_allclose(logits, out.logits.numpy(), rtol=0, atol=1e-5)
         np.testing.assert_allclose(weights, np.stack([a.numpy() for a in out.attentions]),
                                    rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_the_tokenizer_gives_the_references_ids_and_their_text_back(name):
+    tokenizer = TextTokenizer(FIXTURES / name / "tokenizer.json")
+    ids = np.load(FIXTURES / name / "reference.npz")["input_ids"]
+    for sentence, row in zip(SENTENCES, ids, strict=True):
+        np.testing.assert_array_equal(tokenizer.encode(sentence)[:len(row)], row)
+    text = tokenizer.decode(tokenizer.encode(SENTENCES[0]))
+    assert text == (SENTENCES[0].lower() if name == "bert" else SENTENCES[0])
+    labels = tokenizer.labels(tokenizer.encode(SENTENCES[0]))
+    if name == "bert":                                    # [CLS] the do ##g ... [SEP]
+        assert labels[:4] == ["[CLS]", "the", "do", "##g"] and labels[-1] == "[SEP]"
+    else:                                                 # byte-level pieces as text
+        assert "".join(labels) == SENTENCES[0]
+
+
+def test_padding_saved_in_the_tokenizer_file_is_turned_off(tmp_path):
+    from tokenizers import Tokenizer
+    padded = Tokenizer.from_file(str(FIXTURES / "gpt2" / "tokenizer.json"))
+    padded.enable_padding(length=40, pad_id=0)
+    padded.enable_truncation(max_length=5)
+    padded.save(str(tmp_path / "tokenizer.json"))
+    ids = TextTokenizer(tmp_path / "tokenizer.json").encode(SENTENCES[0])
+    want = np.load(FIXTURES / "gpt2" / "reference.npz")["input_ids"][0]
+    np.testing.assert_array_equal(ids, want)              # all 19 ids, no pads
+
+
+def test_a_tokenizer_with_ids_the_model_cannot_embed_is_refused(tmp_path):
+    config, _ = load_pretrained(FIXTURES / "qwen2")
+    tokenizer = TextTokenizer(FIXTURES / "bert" / "tokenizer.json")    # 160 ids: fits in 300
+    check_vocabulary(tokenizer, config)
+    small = dataclasses.replace(config, vocab_size=100)
+    raises_one_line(lambda: check_vocabulary(tokenizer, small),
+                    "tokenizer.json has 160 ids but the model's vocabulary (model.vocab_size) "
+                    "is 100")
+    raises_one_line(lambda: TextTokenizer(tmp_path / "none.json"), "no tokenizer file")
