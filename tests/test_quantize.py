@@ -58,7 +58,7 @@ def test_the_product_rounds_each_output_channel_of_the_kernel(inputs):
     numbers = (((2, 3), (0, 1)), ((), ()))
     got = int8_dot_general(inputs)(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32),
                                    numbers)
-    want = np.einsum("btne,ned->btd", q_ref(x) if inputs else x, q_ref(w, (0, 1)))
+    want = np.einsum("btne,ned->btd", q_ref(x, (1, 2, 3)) if inputs else x, q_ref(w, (0, 1)))
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
 
 
@@ -107,11 +107,12 @@ def test_int8_inputs_in_cross_attention_against_a_float64_oracle():
     got = module.apply({"params": params}, jnp.asarray(x, jnp.float32), None, **args)[0]
     w = {name: q_ref(params[name]["kernel"], (0, 1) if name == "out" else (0,))
          for name in ("query", "key", "value", "out")}
-    q = np.einsum("btd,dnh->btnh", q_ref(x), w["query"])
-    k = np.einsum("bsd,dkh->bskh", q_ref(source), w["key"])
-    v = np.einsum("bsd,dkh->bskh", q_ref(source), w["value"])
+    per_example = lambda a: q_ref(a, tuple(range(1, a.ndim)))
+    q = np.einsum("btd,dnh->btnh", per_example(x), w["query"])
+    k = np.einsum("bsd,dkh->bskh", per_example(source), w["key"])
+    v = np.einsum("bsd,dkh->bskh", per_example(source), w["value"])
     heads = oracle_attention(q, k, v, mask=source_mask[:, None, None, :])
-    want = np.einsum("btnh,nhd->btd", q_ref(heads), w["out"])
+    want = np.einsum("btnh,nhd->btd", per_example(heads), w["out"])
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-5)
 
 

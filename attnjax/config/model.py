@@ -74,7 +74,7 @@ class AttentionConfig(Validated):
     output_projection: Literal["dense", "none", "frozen"] = "dense"
     per_head_projections: bool = False
     # simulated int8 (attnjax.ops.quantize) of the q, k, v and o projections: none, weights
-    # (per output channel), weights_inputs (and each projection's input, per tensor)
+    # (per output channel), weights_inputs (and each projection's input, per example)
     int8: Literal[INT8_MODES] = "none"
 
     def _validate(self):

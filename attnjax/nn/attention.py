@@ -12,7 +12,7 @@ the others, see ``attnjax.nn.slots``):
    projection (``output_projection``: dense, none, frozen)
 
 ``int8`` simulates int8 projections (``attnjax.ops.quantize``): every q, k, v and o weight
-rounded per output channel, and with ``weights_inputs`` each projection's input per tensor.
+rounded per output channel, and with ``weights_inputs`` each projection's input per example.
 
 ``attnjax.nn.layouts.convert_projections`` re-lays the q, k, v parameters out between the
 fused, separate and per-head layouts (the same function, so layouts compare at equal weights).

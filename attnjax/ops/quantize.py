@@ -3,8 +3,9 @@ computed in floating point, so a trained model can be evaluated as if stored in 
 
     q(x) = clip(round(x / s), -127, 127) * s,   s = max |x| / 127
 
-over the whole tensor (per-tensor, activations) or separately for each output channel of a
-weight (per-channel: the max over the contracted axes). Round-to-nearest, so ``|q(x) - x|
+over a whole tensor (activations: one scale per example, so an example's result does not
+depend on the others in its batch) or separately for each output channel of a weight
+(per-channel: the max over the contracted axes). Round-to-nearest, so ``|q(x) - x|
 <= s / 2``; a block of zeros keeps ``s = 1`` and stays zero. The gradient passes straight
 through the rounding (``x + stop_gradient(q(x) - x)``), so a model can also be trained with
 it (quantisation-aware training) instead of learning nothing through ``round``.
@@ -35,12 +36,12 @@ def fake_int8(x, reduce_axes=None):
 def int8_dot_general(inputs: bool):
     """A ``jax.lax.dot_general`` whose right operand (a projection's kernel) is fake-int8 per
     output channel (the scale's max over the contracted axes) and, with ``inputs``, whose left
-    operand (the layer's input activations) is fake-int8 per tensor; for the ``dot_general``
-    of a Flax ``Dense``."""
+    operand (the layer's input activations, batch first) is fake-int8 per example (the
+    scale's max over every other axis); for the ``dot_general`` of a Flax ``Dense``."""
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
         (_, contracted), _ = dimension_numbers
         rhs = fake_int8(rhs, tuple(contracted))
-        lhs = fake_int8(lhs) if inputs else lhs
+        lhs = fake_int8(lhs, tuple(range(1, lhs.ndim))) if inputs else lhs
         return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                    preferred_element_type=preferred_element_type)
     return dot_general

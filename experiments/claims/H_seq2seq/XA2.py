@@ -8,7 +8,8 @@ self-attention layer, encoder's and decoder's (``model.attention.int8``, ``model
 none``), (ii) every cross-attention layer (``model.attention.int8=none``, ``model.cross_int8``)
 in simulated symmetric int8 (``attnjax.ops.quantize``: each weight's output channel rounded to
 255 levels, computed in float32). Regimes: ``weights`` only; ``weights_inputs`` (also each
-projection's input activations, per tensor). drop = exact match of the float model minus
+projection's input activations, one scale per example and call: greedy decoding quantises
+each step's inputs). drop = exact match of the float model minus
 that of the quantised one.
 
 Criterion (per regime and seed): drop(i) - drop(ii) >= 0.05 and drop(ii) <= 0.01.
