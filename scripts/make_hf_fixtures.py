@@ -1,5 +1,5 @@
 """Tiny random Hugging Face checkpoints and their reference outputs, the fixtures of
-``tests/test_hf_import.py``.
+``tests/test_pretrained.py``.
 
 Run where ``torch`` and ``transformers`` are installed (the test suite needs neither):
 

@@ -175,3 +175,36 @@ def test_a_tokenizer_with_ids_the_model_cannot_embed_is_refused(tmp_path):
                     "tokenizer.json has 160 ids but the model's vocabulary (model.vocab_size) "
                     "is 100")
     raises_one_line(lambda: TextTokenizer(tmp_path / "none.json"), "no tokenizer file")
+
+
+def rewrite_weights(directory, change):
+    """Save ``directory``'s single safetensors file again with ``change(tensors)`` applied."""
+    from safetensors.numpy import load_file, save_file
+    path = directory / "model.safetensors"
+    tensors = {k: np.asarray(v, np.float32) if v.dtype.kind == "f" else v
+               for k, v in load_file(path).items()}
+    save_file(change(tensors), path)
+
+
+def test_older_checkpoints_names_and_buffers_load_to_the_same_model(tmp_path):
+    """gamma / beta norms, BERT's integer position-id buffer and next-sentence head, Llama's
+    saved RoPE frequencies: read or skipped, the logits unchanged."""
+    bert = copy_fixture(tmp_path, "bert_mlm")
+    rewrite_weights(bert, lambda t: {
+        **{k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
+                                                                    "LayerNorm.beta"): v
+           for k, v in t.items()},
+        "bert.embeddings.position_ids": np.arange(64, dtype=np.int64)[None],
+        "cls.seq_relationship.weight": np.zeros((2, 32), np.float32)})
+    llama = copy_fixture(tmp_path, "llama")
+    rewrite_weights(llama, lambda t: {
+        **t, "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(4, np.float32)})
+    for name, directory in (("bert_mlm", bert), ("llama", llama)):
+        config, params = load_pretrained(directory)
+        reference = np.load(FIXTURES / name / "reference.npz")
+        logits, _ = build(config).apply({"params": params}, reference["input_ids"])
+        np.testing.assert_allclose(np.asarray(logits), reference["logits"], rtol=0, atol=1e-5)
+    broken = copy_fixture(tmp_path / "int", "qwen2")
+    rewrite_weights(broken, lambda t: {**t, "model.norm.weight": np.ones(32, np.int32)})
+    raises_one_line(lambda: load_pretrained(broken),
+                    "tensor 'model.norm.weight' is int32; supported: float32, float16, bfloat16")

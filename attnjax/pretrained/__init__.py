@@ -17,7 +17,8 @@ __all__ = ["ARCHITECTURES", "TextTokenizer", "check_vocabulary", "load_pretraine
 def load_pretrained(directory: str | Path) -> tuple[ModelConfig, dict]:
     """``(model config, float32 parameters)`` of the checkpoint in ``directory``, an attnjax
     model computing what the Hugging Face model computes; anything it cannot express is
-    refused in one line before any weight is read."""
+    refused in one line (what config.json says, before any weight is read; the tensors'
+    names, shapes and ties after)."""
     hf = read_config(directory)
     mapping = architecture(hf)
     config = mapping.config(hf)

@@ -27,13 +27,14 @@ import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
+from attnjax.pretrained.weights import FLOATS
 
 
 class Tensors:
     """A checkpoint's tensors by name, under the first of ``prefixes`` its names use (``bert.``
-    when saved from a model with a head), each taken once; ``check_all_read`` refuses a
-    checkpoint with tensors nobody took (but those ``skip``, substrings, names: buffers and
-    unused parts)."""
+    when saved from a model with a head); a tensor taken must be floating point;
+    ``check_all_read`` refuses a checkpoint with tensors nobody took (but those whose names
+    contain one of ``skip``: buffers and unused parts)."""
 
     def __init__(self, tensors: dict[str, np.ndarray], prefixes=(), skip=()):
         self.prefix = next((p for p in prefixes if any(k.startswith(p) for k in tensors)), "")
@@ -43,11 +44,14 @@ class Tensors:
         key = self.prefix + name if prefixed else name
         if key not in self.tensors:
             raise ValueError(f"the checkpoint has no tensor {key!r}")
+        if self.tensors[key].dtype != np.float32:
+            raise ValueError(f"tensor {key!r} is {self.tensors[key].dtype.name}; supported: "
+                             f"{', '.join(FLOATS)}")
         self.taken.add(key)
         return self.tensors[key]
 
-    def has(self, name: str) -> bool:
-        return self.prefix + name in self.tensors
+    def has(self, name: str, prefixed: bool = True) -> bool:
+        return (self.prefix + name if prefixed else name) in self.tensors
 
     def tied(self, name: str, embedding: np.ndarray) -> None:
         """A saved copy (``name``, unprefixed) of an output layer tied to ``embedding`` must
@@ -102,8 +106,13 @@ def dense(weight: np.ndarray, bias: np.ndarray | None = None) -> dict:
     return {"kernel": weight.T, **({} if bias is None else {"bias": bias})}
 
 
-def norm(t: Tensors, name: str, bias: bool = True) -> dict:
-    return {"scale": t(f"{name}.weight"), **({"bias": t(f"{name}.bias")} if bias else {})}
+def norm(t: Tensors, name: str, bias: bool = True, prefixed: bool = True) -> dict:
+    """A norm's scale (and bias): ``weight`` / ``bias``, or old checkpoints' ``gamma`` /
+    ``beta``."""
+    scale, shift = (("weight", "bias") if t.has(f"{name}.weight", prefixed)
+                    else ("gamma", "beta"))
+    return {"scale": t(f"{name}.{scale}", prefixed),
+            **({"bias": t(f"{name}.{shift}", prefixed)} if bias else {})}
 
 
 # ------------------------------------------------------------------------------------ GPT-2
@@ -172,7 +181,7 @@ def llama_config(hf: dict) -> ModelConfig:
 
 
 def llama_params(tensors: dict, config: ModelConfig) -> dict:
-    t = Tensors(tensors, ("model.",))
+    t = Tensors(tensors, ("model.",), skip=("rotary_emb.inv_freq",))   # recomputed buffers
     att = config.attention
     params = {"embed": {"embedding": t("embed_tokens.weight")}, "final_norm": norm(t, "norm",
                                                                                   False)}
@@ -230,7 +239,8 @@ def bert_params(tensors: dict, config: ModelConfig) -> dict:
         raise ValueError("the checkpoint has no masked-language head (cls.predictions.*): "
                          "attnjax imports BertForMaskedLM checkpoints; a bare BertModel's "
                          "outputs are not yet an attnjax model")
-    t = Tensors(tensors, ("bert.",), skip=("pooler.",))     # the [CLS] pooler: not the MLM
+    # not the masked LM: the [CLS] pooler, next-sentence head, the position-id buffer
+    t = Tensors(tensors, ("bert.",), skip=("pooler.", "cls.seq_relationship.", "position_ids"))
     N = config.attention.num_heads
     e = "embeddings."
     params = {"embed": {"embedding": t(e + "word_embeddings.weight")},
@@ -253,8 +263,8 @@ def bert_params(tensors: dict, config: ModelConfig) -> dict:
     head = lambda name: t(f"cls.predictions.{name}", prefixed=False)
     params["mlm_head"] = {"transform": dense(head("transform.dense.weight"),
                                              head("transform.dense.bias")),
-                          "transform_norm": {"scale": head("transform.LayerNorm.weight"),
-                                             "bias": head("transform.LayerNorm.bias")},
+                          "transform_norm": norm(t, "cls.predictions.transform.LayerNorm",
+                                                 prefixed=False),
                           "bias": head("bias")}
     t.tied("cls.predictions.decoder.weight", params["embed"]["embedding"])
     t.tied("cls.predictions.decoder.bias", params["mlm_head"]["bias"])

@@ -26,8 +26,8 @@ class TextTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        """The ids it can produce: one more than the largest, added tokens included."""
-        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+        """One more than the largest id it can produce (added tokens included)."""
+        return max(self._tokenizer.get_vocab(with_added_tokens=True).values()) + 1
 
     def encode(self, text: str) -> np.ndarray:
         """int32 ids ``[T]`` of ``text``, special tokens as the file's template adds them."""

@@ -1,7 +1,8 @@
 """A Hugging Face model directory's files: ``config.json`` and the weights in safetensors
-(``model.safetensors``, or shards listed by ``model.safetensors.index.json``), read as
-float32 NumPy arrays (bfloat16 and float16 cast explicitly). Pickled weights
-(``pytorch_model.bin``) are never loaded: a directory with only those is refused."""
+(``model.safetensors``, or shards listed by ``model.safetensors.index.json``), the floating
+tensors read as float32 NumPy arrays (bfloat16 and float16 cast explicitly), the others (old
+checkpoints' integer buffers) as saved. Pickled weights (``pytorch_model.bin``) are never
+loaded: a directory with only those is refused."""
 
 from __future__ import annotations
 
@@ -47,15 +48,13 @@ def weight_files(directory: str | Path) -> list[Path]:
 
 
 def read_weights(directory: str | Path) -> dict[str, np.ndarray]:
-    """Every tensor of the model directory by name, as float32 (a tensor of another dtype is
-    refused in one line)."""
+    """Every tensor of the model directory by name: float32 if it is one of ``FLOATS``, else
+    as saved (a mapping refuses such a tensor if it reads it)."""
     tensors = {}
     for path in weight_files(directory):
         with safe_open(path, framework="numpy") as f:
             for name in f.keys():
                 array = f.get_tensor(name)
-                if array.dtype.name not in FLOATS:
-                    raise ValueError(f"{path.name}: tensor {name!r} is {array.dtype.name}; "
-                                     f"supported: {', '.join(FLOATS)}")
-                tensors[name] = np.asarray(array, np.float32)
+                tensors[name] = (np.asarray(array, np.float32) if array.dtype.name in FLOATS
+                                 else array)
     return tensors
