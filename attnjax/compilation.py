@@ -18,10 +18,11 @@ from pathlib import Path
 
 import jax
 
-QUICK_COMPILE = "--xla_backend_optimization_level=1"
+QUICK_LEVEL = 1
+QUICK_COMPILE = f"--xla_backend_optimization_level={QUICK_LEVEL}"
 
 
-def quick_compile_flags(flags: str | None, level: int = 1) -> str:
+def quick_compile_flags(flags: str | None, level: int = QUICK_LEVEL) -> str:
     """``flags`` (an ``XLA_FLAGS`` value) with the CPU backend's optimisation ``level`` added
     (``QUICK_COMPILE`` by default), unless they already choose a level."""
     flags = flags or ""

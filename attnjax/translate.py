@@ -103,10 +103,10 @@ def exact_matches(config, params, batch: dict, **options) -> np.ndarray:
 
 
 def frozen_self_attention(cache, frozen):
-    """``cache`` with every self-attention layer's entries (``key``, ``value``, ``index``)
-    taken from ``frozen``; the cross-attention caches and the position counter kept, so the
-    next token is placed at its true position but writes its keys and values over the slot
-    after ``frozen``'s."""
+    """``cache`` with every self-attention layer's entries (``cached_key``, ``cached_value``,
+    ``index``) taken from ``frozen``; the cross-attention caches and the position counter
+    kept, so the next token is placed at its true position but writes its keys and values
+    over the slot after ``frozen``'s."""
     def pick(path, new, old):
         return old if any(getattr(p, "key", None) == "attention" for p in path) else new
     return jax.tree_util.tree_map_with_path(pick, cache, frozen)
