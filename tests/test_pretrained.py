@@ -15,6 +15,8 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
+from tokenizers import Tokenizer
 
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.generate import decode_step, empty_cache
@@ -156,7 +158,6 @@ def test_the_tokenizer_gives_the_references_ids_and_their_text_back(name):
 
 
 def test_padding_saved_in_the_tokenizer_file_is_turned_off(tmp_path):
-    from tokenizers import Tokenizer
     padded = Tokenizer.from_file(str(FIXTURES / "gpt2" / "tokenizer.json"))
     padded.enable_padding(length=40, pad_id=0)
     padded.enable_truncation(max_length=5)
@@ -179,7 +180,6 @@ def test_a_tokenizer_with_ids_the_model_cannot_embed_is_refused(tmp_path):
 
 def rewrite_weights(directory, change):
     """Save ``directory``'s single safetensors file again with ``change(tensors)`` applied."""
-    from safetensors.numpy import load_file, save_file
     path = directory / "model.safetensors"
     tensors = {k: np.asarray(v, np.float32) if v.dtype.kind == "f" else v
                for k, v in load_file(path).items()}

@@ -113,7 +113,7 @@ def test_int8_inputs_in_cross_attention_against_a_float64_oracle():
     v = np.einsum("bsd,dkh->bskh", per_example(source), w["value"])
     heads = oracle_attention(q, k, v, mask=source_mask[:, None, None, :])
     want = np.einsum("btnh,nhd->btd", per_example(heads), w["out"])
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kinds", [("self", "weights", "none"), ("cross", "none", "weights"),

@@ -15,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import orbax.checkpoint as ocp
 import pytest
 
 from attnjax import locks
@@ -267,7 +268,6 @@ def test_a_reader_opens_again_when_the_writer_removes_a_checkpoint_it_was_openin
     """Opening reads every checkpoint's metrics; a checkpoint removed between the listing and
     the read (made to happen here on the first opening, as a writer keeping the newest ones
     does it) makes the reader open again, on what is left."""
-    import orbax.checkpoint as ocp
     real, openings = ocp.CheckpointManager, []
 
     def racing(directory, **kwargs):
