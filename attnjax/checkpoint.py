@@ -112,12 +112,20 @@ class Checkpoints:
 
     def save(self, step: int, state, config_json: dict, val_loss: float):
         """Start an async save of ``state`` at ``step`` (after the previous one finished)."""
+        self._save(step, state, state.params, config_json, {"val_loss": float(val_loss)})
+
+    def save_params(self, step: int, params, config_json: dict):
+        """Start an async save of ``params`` alone (an imported model's: no optimizer state, no
+        validation loss): ``restore_params`` reads it, ``restore`` (a resume) does not."""
+        self._save(step, {"params": params}, params, config_json, None)
+
+    def _save(self, step: int, state, params, config_json: dict, metrics: dict | None):
         meta = {"config": config_json, "digest": state_digest(state), "step": int(step),
-                "params_digest": state_digest(state.params)}
+                "params_digest": state_digest(params)}
         with self._failing_as_one_line(step):
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                metrics={"val_loss": float(val_loss)}, force=True)
+                metrics=metrics, force=True)
         self._pending = step
 
     @contextlib.contextmanager

@@ -10,6 +10,7 @@ from types import ModuleType
 
 from attnjax.config import (AttentionConfig, Config, DataConfig, ModelConfig, PositionConfig,
                             TrainConfig, apply_overrides)
+from attnjax.rundir import RunDir
 
 
 def load_experiment(path: str | Path) -> ModuleType:
@@ -26,8 +27,13 @@ def load_experiment(path: str | Path) -> ModuleType:
 
 
 def experiment_config(path: str | Path, overrides: list[str] | dict = ()) -> Config:
-    """``get_config()`` of the file with ``KEY=VALUE`` overrides applied (validated)."""
-    config = checked_config(load_experiment(path).get_config(), path)
+    """``get_config()`` of the file, or the config a run directory's ``config.json`` holds
+    (to train a model like it, e.g. fine-tune an imported one), with ``KEY=VALUE`` overrides
+    applied (validated)."""
+    if Path(path).suffix == ".json":
+        config = RunDir(Path(path).parent).config()
+    else:
+        config = checked_config(load_experiment(path).get_config(), path)
     return apply_overrides(config, overrides) if overrides else config
 
 

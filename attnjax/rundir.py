@@ -10,6 +10,8 @@
       evals/<label>.json          evaluation variants: {"<length>": {"loss", "accuracy"}}
       eval.json                   the last ``attnjax eval``: checkpoint, step, overrides, results
       error.txt                   traceback of a sweep run that failed
+      imported.json               an imported model's source (``attnjax.pretrained.run``)
+      tokenizer.json              its tokenizer (``data.tokenizer``)
     SWEEP/                        a sweep directory (``SweepDir``)
       .writer.lock                held by the sweep's driver (``writing``)
       sweep.json                  the sweep's record (``attnjax.sweep.record``)
@@ -36,6 +38,7 @@ from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
 
 WHICH = ("best", "latest")              # the checkpoints ``RunDir.params`` can load
+IMPORTED = "imported.json"              # the record of an imported model's run
 RECENT_SECONDS = 120                    # metrics written this recently + no summary = running
 
 
@@ -266,6 +269,10 @@ class RunDir:
         fresh = (self.metrics_path.is_file()
                  and time.time() - self.metrics_path.stat().st_mtime < recent_seconds)
         return fresh or any(self.checkpoint_dir.glob("*.orbax-checkpoint-tmp*"))
+
+    def imported(self) -> dict | None:
+        """The record of an imported model (``attnjax import``), or None for a trained run."""
+        return _read_json(self.path / IMPORTED)
 
     def error(self) -> str | None:
         """The traceback of a failed sweep run, or None."""

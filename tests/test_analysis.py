@@ -459,7 +459,7 @@ def test_reports_of_a_run(tmp_path, assert_png):
     assert_png(tmp_path / "attn" / "grid.png", (470, 430))      # 2 x 2 heads, as above
     assert table.splitlines()[-1].startswith("| L1.H1 |")
     assert len((tmp_path / "attn" / "head_stats.csv").read_text().splitlines()) == 1 + 4
-    with pytest.raises(ValueError, match="--text needs a byte-level text model"):
+    with pytest.raises(ValueError, match="--text needs a text model"):
         V.write_attention_report(run, tmp_path / "x", text="hello")
     longer = config.model.max_length                     # past the training length (12)
     V.write_attention_report(run, tmp_path / "long", batch=2, length=longer)

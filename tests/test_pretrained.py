@@ -8,7 +8,6 @@ installed, the references are recomputed live too."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
@@ -21,11 +20,12 @@ from tokenizers import Tokenizer
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.generate import decode_step, empty_cache
 from attnjax.models import build
-from attnjax.pretrained import TextTokenizer, check_vocabulary, load_pretrained
+from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
+from attnjax.pretrained import load_pretrained
 from helpers import REPO, raises_one_line
 
 FIXTURES = REPO / "tests" / "data" / "hf"
-MODELS = ["bert_mlm", "gpt2", "llama", "mistral", "qwen2"]      # bert: a bare BertModel
+MODELS = ["bert", "bert_mlm", "gpt2", "llama", "mistral", "qwen2"]   # bert: a bare BertModel
 DECODERS = ["gpt2", "llama", "mistral", "qwen2"]
 # the sentences scripts/make_hf_fixtures.py tokenized into each reference's input_ids (cut to
 # the shorter one's length)
@@ -43,7 +43,8 @@ def forward(name):
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_and_every_layers_attention_equal_the_transformers_outputs(name):
     config, _, reference, logits, weights = forward(name)
-    np.testing.assert_allclose(logits, reference["logits"], rtol=0, atol=1e-5)
+    output = "last_hidden_state" if name == "bert" else "logits"   # a BertModel has no head
+    np.testing.assert_allclose(logits, reference[output], rtol=0, atol=1e-5)
     np.testing.assert_allclose(weights, reference["attentions"], rtol=0, atol=1e-5)
     hf = json.loads((FIXTURES / name / "config.json").read_text())
     assert config.num_layers == weights.shape[0] == hf["num_hidden_layers" if "n_layer" not in
@@ -61,8 +62,9 @@ def test_what_each_architecture_maps_to():
     assert (llama.attention.num_heads, llama.attention.kv_heads, llama.attention.use_bias) == (
         4, 2, False)
     assert qwen2.attention.use_bias                       # q, k, v biases (o: zero)
-    assert (bert.family, bert.norm_position, bert.embed_norm, bert.mlp, bert.norm_eps) == (
-        "encoder", "post", True, "gelu_exact", 1e-12)
+    assert (bert.family, bert.norm_position, bert.embed_norm, bert.mlp, bert.norm_eps,
+            bert.classifier) == ("encoder", "post", True, "gelu_exact", 1e-12, "none")
+    assert load_pretrained(FIXTURES / "bert")[0].classifier == "hidden"     # a BertModel
 
 
 @pytest.mark.parametrize("name", DECODERS)
@@ -114,8 +116,11 @@ def test_pickles_missing_files_and_unread_tensors_are_refused(tmp_path):
     raises_one_line(lambda: load_pretrained(directory),
                     "has only pickled weights (pytorch_model.bin), which attnjax never loads")
     raises_one_line(lambda: load_pretrained(tmp_path / "nowhere"), "is not a directory")
-    raises_one_line(lambda: load_pretrained(FIXTURES / "bert"),
-                    "a bare BertModel's outputs are not yet an attnjax model")
+    headless = copy_fixture(tmp_path / "headless", "bert")
+    edit_config(headless, architectures=["BertForMaskedLM"])
+    raises_one_line(lambda: load_pretrained(headless), "architectures names one of "
+                    "BertForMaskedLM, BertForPreTraining but the checkpoint has no "
+                    "masked-language head (cls.predictions.*)")
     sharded = copy_fixture(tmp_path, "gpt2")
     (sharded / "model-00003-of-00005.safetensors").unlink()
     raises_one_line(lambda: load_pretrained(sharded),
@@ -170,9 +175,8 @@ def test_padding_saved_in_the_tokenizer_file_is_turned_off(tmp_path):
 def test_a_tokenizer_with_ids_the_model_cannot_embed_is_refused(tmp_path):
     config, _ = load_pretrained(FIXTURES / "qwen2")
     tokenizer = TextTokenizer(FIXTURES / "bert" / "tokenizer.json")    # 160 ids: fits in 300
-    check_vocabulary(tokenizer, config)
-    small = dataclasses.replace(config, vocab_size=100)
-    raises_one_line(lambda: check_vocabulary(tokenizer, small),
+    check_vocabulary(tokenizer, config.vocab_size)
+    raises_one_line(lambda: check_vocabulary(tokenizer, 100),
                     "tokenizer.json has 160 ids but the model's vocabulary (model.vocab_size) "
                     "is 100")
     raises_one_line(lambda: TextTokenizer(tmp_path / "none.json"), "no tokenizer file")

@@ -1,6 +1,7 @@
 """Probe inputs and the attention probabilities a model assigns on them.
 
-A probe is either text (byte-level models: the UTF-8 bytes, truncated to the model's length)
+A probe is either text (its UTF-8 bytes, or its ids under the run's ``data.tokenizer``,
+truncated to the model's length)
 or batch ``0`` of the validation split of the run's own data, so two checkpoints of the same
 data see the same probe; ``probe_examples`` adds the targets and their weights.
 """
@@ -15,17 +16,18 @@ import numpy as np
 
 from attnjax.config import Config
 from attnjax.data import load_dataset
-from attnjax.data.encoder import special_tokens
+from attnjax.data.encoder import FRAMED_TASKS, encoder_specials
+from attnjax.data.tokenizer import load_tokenizer
 from attnjax.models import family
 from attnjax.models.probe import capture, stream_cosines, stream_weights
-from attnjax.registry import TASKS
 
 
 def probe_examples(config: Config, *, text: str | None = None, batch_size: int = 4,
                    length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """A probe as a batch ``{"inputs", "targets", "weights", ...}`` ``[B, T]``: the bytes of
-    ``text`` (``B = 1``, at most ``length`` tokens, default ``data.length``), each predicting
-    the next byte (the last one is not scored), or for a masked-language model ``[CLS] text
+    """A probe as a batch ``{"inputs", "targets", "weights", ...}`` ``[B, T]``: the tokens of
+    ``text`` (bytes, or the ids of ``data.tokenizer`` with its special tokens; ``B = 1``, at
+    most ``length`` tokens, default ``data.length``), each predicting the next token (the last
+    one is not scored), or for a masked-language model ``[CLS] text
     [SEP]`` with nothing masked; or the first ``batch_size`` validation examples of the run's
     data for ``seed`` (``T = length``), with whatever else its batches hold (a padded batch's
     positions and token mask, segment ids: ``model_arguments``)."""
@@ -37,19 +39,25 @@ def probe_examples(config: Config, *, text: str | None = None, batch_size: int =
 
 
 def _text_probe(config: Config, text: str, length: int) -> dict[str, np.ndarray]:
-    if config.data.task not in ("text", "mlm"):
-        raise ValueError(f"--text needs a byte-level text model; this run's data.task is "
-                         f"{config.data.task!r} (use --batch)")
-    tokens = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
-    if config.data.task == "mlm":
-        specials = special_tokens(TASKS.get("mlm").vocab(config.data))
-        tokens = np.concatenate([[specials.cls], tokens[:length - 2], [specials.sep]])
+    data = config.data
+    if data.task not in ("text", *FRAMED_TASKS):
+        raise ValueError(f"--text needs a text model; this run's data.task is {data.task!r} "
+                         "(use --batch)")
+    if data.tokenizer is not None:             # with the special tokens its template adds
+        tokens = load_tokenizer(data.tokenizer).encode(text)
+    else:
+        tokens = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
+    if data.task in FRAMED_TASKS:
+        if data.tokenizer is None:
+            specials = encoder_specials(data)
+            tokens = np.concatenate([[specials.cls], tokens[:length - 2], [specials.sep]])
+        tokens = tokens[:length]
         return {"inputs": tokens[None, :], "targets": tokens[None, :],
                 "weights": np.zeros((1, tokens.size), np.float32),
                 "segment_ids": np.zeros((1, tokens.size), np.int32)}
     tokens = tokens[:length]
     if tokens.size < 2:
-        raise ValueError("text must be at least 2 bytes long")
+        raise ValueError(f"text must be at least 2 tokens long, got {tokens.size}")
     weights = np.ones(tokens.size, np.float32)
     weights[-1] = 0.0
     return {"inputs": tokens[None, :], "targets": np.append(tokens[1:], 0)[None, :],

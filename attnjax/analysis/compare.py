@@ -147,6 +147,9 @@ def load_run(path: str | Path, label: str, which: str = "best") -> Run:
     elif running:
         run.notes.append(f"{label} is still running; compared its latest checkpoint at step "
                          f"{run.step}")
+    elif run_dir.imported() is not None:
+        run.notes.append(f"{label} is a model imported from {run_dir.imported()['source']} "
+                         "(no training metrics)")
     elif run.summary is None:
         run.notes.append(f"{label} has no summary.json (stopped at step {logged} before "
                          f"finishing); compared its {which} checkpoint at step {run.step}")

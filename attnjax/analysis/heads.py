@@ -41,6 +41,7 @@ from attnjax.config import Config
 from attnjax.data import Dataset
 from attnjax.models import build, family
 from attnjax.rundir import RunDir
+from attnjax.train import check_scored
 
 ORDERS = ("importance", "knockout", "random")
 
@@ -335,6 +336,7 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     ``<group>_pruning.png``. Returns the Markdown of ``knockout.md``."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
+    check_scored(RunDir(run_dir).config())          # knockouts change a loss
     config, params, step = RunDir(run_dir).params(which)
     batches = validation_batches(config)
     base = evaluate_gates(config, params, np.ones(_shape(config)), batches)

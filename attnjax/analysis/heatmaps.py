@@ -20,9 +20,10 @@ from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
 from attnjax.analysis.occlusion import occlusion_agreement, plot_occlusion
 from attnjax.config import apply_overrides
-from attnjax.data.encoder import SPECIAL_TOKENS, special_tokens
+from attnjax.data.encoder import SPECIAL_TOKENS, encoder_specials
 from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
 from attnjax.data.seq2seq import seq2seq_specials
+from attnjax.data.tokenizer import load_tokenizer
 from attnjax.ops import stats as stats_ops
 from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
@@ -39,20 +40,23 @@ def byte_label(byte: int) -> str:
     return char if 32 < byte < 127 else f"\\x{byte:02x}"
 
 
-BYTE_TASKS = ("text", "mlm", "letters")          # byte-level data: tokens are bytes
+BYTE_TASKS = ("text", "mlm", "sentences", "letters")          # byte-level data: tokens are bytes
 
 
 def token_labels(tokens, data) -> list[str]:
-    """Axis labels for token ids of ``data`` (a ``DataConfig``): bytes made visible
-    (``byte_label``) for byte-level text, else the ids as text; the special tokens by name
-    (an encoder's ``[CLS]``, ``[SEP]``, ...; an encoder–decoder's ``PAD``, ``BOS``, ``EOS``)."""
+    """Axis labels for token ids of ``data`` (a ``DataConfig``): the strings of
+    ``data.tokenizer``'s ids; bytes made visible (``byte_label``) for byte-level text, else
+    the ids as text; the special tokens by name (an encoder's ``[CLS]``, ``[SEP]``, ...; an
+    encoder–decoder's ``PAD``, ``BOS``, ``EOS``)."""
+    if data.tokenizer is not None:
+        return load_tokenizer(data.tokenizer).labels(tokens)
     byte_level = data.task in BYTE_TASKS
     task = TASKS.get(data.task)
     names = {}
     if task.objective == "seq2seq":
         names = dict(zip(seq2seq_specials(task.vocab(data)), SEQ2SEQ_TOKENS, strict=True))
     elif task.objective != "next_token":
-        names = dict(zip(special_tokens(task.vocab(data)), SPECIAL_TOKENS, strict=True))
+        names = dict(zip(encoder_specials(data), SPECIAL_TOKENS, strict=True))
     return [names.get(int(t)) or (byte_label(int(t)) if byte_level else str(int(t)))
             for t in np.asarray(tokens)]
 

@@ -28,12 +28,13 @@ def add_attention(commands) -> None:
                             "layer and head, grid.png with every head, and head_stats.md/.csv "
                             "(entropy, sink mass, previous-token and induction scores, ...).")
     attention.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
-                           "'attnjax train'")
+                           "'attnjax train' or 'attnjax import'")
     attention.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                            help="config overrides for this evaluation only, e.g. "
                            "model.attention.scale_multiplier=1e-6")
     attention.add_argument("--text", default=None,
-                           help="probe text for byte-level text runs, e.g. \"def main(argv):\"")
+                           help="probe text for text runs (its bytes, or its ids under the "
+                           "run's tokenizer), e.g. \"def main(argv):\"")
     attention.add_argument("--batch", type=int, default=None, metavar="N",
                            help="probe with N validation examples of the run's own data "
                            "(default 4 if no --text)")

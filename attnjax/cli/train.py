@@ -121,7 +121,18 @@ def add_eval(commands) -> None:
     evaluate.set_defaults(run=_eval)
 
 
-BYTE_TASKS = {"next_token": "text", "seq2seq": "letters"}   # byte-level text, per objective
+TEXT_TASKS = {"next_token": "text", "seq2seq": "letters"}   # text runs, per objective
+
+
+def _text_codec(data):
+    """``(encode, decode)`` of a text run's tokens: ``data.tokenizer``'s ids (with its special
+    tokens), or UTF-8 bytes."""
+    if data.tokenizer is not None:
+        from attnjax.data.tokenizer import load_tokenizer
+        tokenizer = load_tokenizer(data.tokenizer)
+        return (lambda text: [int(t) for t in tokenizer.encode(text)]), tokenizer.decode
+    return (lambda text: list(text.encode("utf-8")),
+            lambda ids: bytes(t for t in ids if t < 256).decode("utf-8", errors="replace"))
 
 
 def _generate(args) -> int:
@@ -134,10 +145,11 @@ def _generate(args) -> int:
     run_dir = RunDir(args.workdir)
     config = run_dir.config()
     objective = family(config.model).objective(config.model)
-    if config.data.task != BYTE_TASKS.get(objective):
-        raise ValueError("generate needs a byte-level text run (data.task='text', or 'letters' "
-                         f"with model.family='seq2seq'), got data.task={config.data.task!r}")
-    prompt = list(args.prompt.encode("utf-8"))
+    if config.data.task != TEXT_TASKS.get(objective):
+        raise ValueError("generate needs a text run (data.task='text', or 'letters' with "
+                         f"model.family='seq2seq'), got data.task={config.data.task!r}")
+    encode, text = _text_codec(config.data)
+    prompt = encode(args.prompt)
     if args.beams is not None:
         check_beams(args.beams, args.length_penalty)
     if objective == "seq2seq":                  # the prompt is the source, then EOS
@@ -147,14 +159,13 @@ def _generate(args) -> int:
     else:
         check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
     _, params, _ = run_dir.params(args.checkpoint)    # after the checks: nothing loaded yet
-    text = lambda ids: bytes(t for t in ids if t < 256).decode("utf-8", errors="replace")
     if args.beams is not None:
         found = (beam_translate(config, params, source, None, tokens, beams=args.beams,
                                 alpha=args.length_penalty) if objective == "seq2seq" else
                  beam_generate(config, params, [prompt], args.tokens, beams=args.beams,
                                alpha=args.length_penalty))
         for ids, score, length in zip(found.tokens[0], found.scores[0], found.lengths[0]):
-            shown = text(ids[:length]) if objective == "seq2seq" else args.prompt + text(ids)
+            shown = text(ids[:length]) if objective == "seq2seq" else text(prompt + list(ids))
             print(f"{score:9.4f}  {shown}")
         return 0
     if objective == "seq2seq":
@@ -162,25 +173,25 @@ def _generate(args) -> int:
         return 0
     tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
                     top_k=args.top_k, seed=args.seed)
-    print(args.prompt + bytes(tokens).decode("utf-8", errors="replace"))
+    print(text(prompt + [int(t) for t in tokens]))
     return 0
 
 
 def add_generate(commands) -> None:
-    generate = add_command(commands, "generate", "sample text from a byte-level text run with "
-                           "the KV cache", "Continue a prompt with a trained byte-level text run "
-                           "(data.task=text), decoding token by token with the KV cache, or "
-                           "translate it with a seq2seq run (data.task=letters: greedy, the "
-                           "encoder once and a static cross-attention cache). Prompt plus tokens "
-                           "must fit in model.max_length. With --beams, the K best hypotheses "
-                           "with their length-penalised scores, best first.")
-    generate.add_argument("workdir", metavar="RUN_DIR",
-                          help="run directory of a byte-level text run")
+    generate = add_command(commands, "generate", "sample text from a text run with the KV "
+                           "cache", "Continue a prompt with a text run (data.task=text: bytes, "
+                           "or the ids of its data.tokenizer, as an imported model's), decoding "
+                           "token by token with the KV cache, or translate it with a seq2seq "
+                           "run (data.task=letters: greedy, the encoder once and a static "
+                           "cross-attention cache). Prompt plus tokens must fit in "
+                           "model.max_length. With --beams, the K best hypotheses with their "
+                           "length-penalised scores, best first.")
+    generate.add_argument("workdir", metavar="RUN_DIR", help="run directory of a text run")
     generate.add_argument("--prompt", required=True, metavar="TEXT",
                           help="text to continue (or, seq2seq, the source), e.g. \"def main(\"")
     generate.add_argument("--tokens", type=int, default=100, metavar="N",
-                          help="number of bytes to generate after the prompt "
-                          "(default: %(default)s)")
+                          help="number of tokens (bytes, or the tokenizer's) to generate after "
+                          "the prompt (default: %(default)s)")
     generate.add_argument("--temperature", type=float, default=0.8, metavar="T",
                           help="sampling temperature; 0 is greedy (default: %(default)s)")
     generate.add_argument("--top-k", type=int, default=None, metavar="K",

@@ -149,10 +149,11 @@ class ModelConfig(Validated):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
     # the encoder family's (attnjax.models.encoder): segment (token-type) embeddings, 0 = none;
     # a LayerNorm on the summed embeddings; the output: the masked-language-model head
-    # (none) or a classifier of num_classes on [CLS] (cls) or the mean of the real tokens
+    # (none), a classifier of num_classes on [CLS] (cls) or the mean of the real tokens, or
+    # the last hidden states themselves (hidden: a pretrained BertModel's outputs)
     type_vocab_size: int = number(0, ge=0, le=INT32)
     embed_norm: bool = False
-    classifier: Literal["none", "cls", "mean"] = "none"
+    classifier: Literal["none", "cls", "mean", "hidden"] = "none"
     num_classes: int = number(2, ge=2, le=INT32, read_when=when("classifier", "cls", "mean"))
     # the seq2seq family's (attnjax.models.seq2seq): the encoder's blocks (None: num_layers,
     # the decoder's) and position encoding (None: position.kind, the decoder's); the

@@ -16,11 +16,13 @@ class DataConfig(Validated):
     """What to train on: ``task`` is a name in ``attnjax.registry.TASKS``. ``text``: bytes of
     ``path`` (a file or directory; ``None`` = the built-in corpus, the interpreter's
     standard-library source); ``tokens``: a flat binary file of token ids; the rest are
-    synthetic tasks generated on device."""
+    synthetic tasks generated on device. ``tokenizer``: text is that ``tokenizer.json``'s ids
+    instead of bytes (an imported model's run has its own)."""
     PATH = "data"
     KINDS = (("task", TASKS, "reads"),)
     task: str = choice("text", TASKS)
     path: str | None = None
+    tokenizer: str | None = None      # a tokenizer.json: text is its ids (attnjax.data.tokenizer)
     length: int = number(128, ge=2, le=LENGTH)        # training sequence length
     eval_lengths: tuple[int, ...] = number((), ge=2, le=LENGTH)  # extra evaluation lengths
     val_fraction: float = number(0.1, gt=0, lt=1)
@@ -88,6 +90,8 @@ class TrainConfig(Validated):
     checkpoint_every: int = number(500, ge=1, le=INT32)
     keep_best: int = number(1, ge=1, le=INT32)      # checkpoints kept by validation loss (+ latest)
     head_metrics: bool = False                      # log per-head attention statistics (log_every)
+    # a run directory (an imported model's, say) whose best parameters start training
+    init_from: str | None = None
 
     def _validate(self):
         if self.batch_size % self.grad_accum:

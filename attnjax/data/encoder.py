@@ -1,10 +1,11 @@
-"""Tasks of a bidirectional encoder: masked-language modelling on byte-level text and a
-synthetic sequence classification, with BERT's special tokens and padded variable lengths.
+"""Tasks of a bidirectional encoder: masked-language modelling on text and a synthetic
+sequence classification, with BERT's special tokens and padded variable lengths.
 
 Special tokens are the last four ids of the vocabulary (``special_tokens``): ``[PAD] [CLS]
-[SEP] [MASK]``; byte-level text has the 256 bytes below them (vocabulary 260). An example of
-``n`` real tokens in a row of ``L`` (``n = L`` unpadded; padded, ``n`` uniform in
-``[data.min_length, L]``, right or left as ``data.padding`` says, pads ``[PAD]``)::
+[SEP] [MASK]``; byte-level text has the 256 bytes below them (vocabulary 260). Text under a
+``data.tokenizer`` is its ids, with the ids it gives those four names (``mlm_specials``).
+An example of ``n`` real tokens in a row of ``L`` (``n = L`` unpadded; padded, ``n`` uniform
+in ``[data.min_length, L]``, right or left as ``data.padding`` says, pads ``[PAD]``)::
 
     single:  [CLS] a [SEP]               segment ids 0 ... 0
     pair:    [CLS] a [SEP] b [SEP]       segment ids 0 for [CLS] a [SEP], 1 for b [SEP]
@@ -18,6 +19,9 @@ Masked-language modelling (``mlm``): every real non-special token is chosen with
 a uniform random non-special token with ``mlm_random_share``, else itself; ``targets`` are the
 original tokens and ``weights`` are 1 exactly at the chosen positions (the loss and accuracy
 read nothing else).
+
+``sentences``: the same examples unmasked, for an encoder that outputs its hidden states
+(``model.classifier='hidden'``); nothing is scored.
 
 ``first_repeat`` classification: ``[CLS] x_1 ... x_m [SEP]`` with ``x`` uniform non-special
 tokens, label 1 iff ``x_1`` occurs again in ``x_2..x_m`` (half the examples, at a uniform
@@ -34,12 +38,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from attnjax.data.text import ByteCorpus
+from attnjax.data.text import BYTES, TextCorpus, text_vocab
+from attnjax.data.tokenizer import load_tokenizer
 from attnjax.data.task import Task
 from attnjax.registry import TASKS
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
+FRAMED_TASKS = ("mlm", "sentences")             # text framed as [CLS] a [SEP] (b [SEP])
 _LENGTH, _CUT, _CHOOSE, _REPLACE, _RANDOM, _LABEL, _WHERE = range(1, 8)  # key folds
 
 
@@ -58,6 +65,43 @@ class Specials(NamedTuple):
 def special_tokens(vocab_size: int) -> Specials:
     """``[PAD] [CLS] [SEP] [MASK]``: the last four ids of ``vocab_size``."""
     return Specials(*range(vocab_size - len(SPECIAL_TOKENS), vocab_size))
+
+
+def mlm_vocab(config) -> int:
+    """The vocabulary of masked-language-model text under ``config`` (a ``DataConfig``):
+    ``data.tokenizer``'s, or the bytes and the four special tokens."""
+    return BYTES + len(SPECIAL_TOKENS) if config.tokenizer is None else text_vocab(config)
+
+
+def mlm_specials(config) -> Specials:
+    """``[PAD] [CLS] [SEP] [MASK]`` of masked-language-model text: the ids ``data.tokenizer``
+    gives those names (a one-line refusal if it lacks one), else the last four ids."""
+    if config.tokenizer is None:
+        return special_tokens(mlm_vocab(config))
+    tokenizer = load_tokenizer(config.tokenizer)
+    ids = [tokenizer.token_id(name) for name in SPECIAL_TOKENS]
+    if None in ids:
+        raise ValueError(f"data.tokenizer={config.tokenizer!r} has no "
+                         f"{SPECIAL_TOKENS[ids.index(None)]} token; task 'mlm' needs "
+                         f"{' '.join(SPECIAL_TOKENS)}")
+    return Specials(*ids)
+
+
+def encoder_specials(config) -> Specials:
+    """The special tokens of an encoder task's data (``config`` a ``DataConfig``)."""
+    if config.task in FRAMED_TASKS:
+        return mlm_specials(config)
+    return special_tokens(TASKS.get(config.task).vocab(config))
+
+
+def ordinary_tokens(config) -> np.ndarray:
+    """``[V]`` bool, True at the ids masking may choose and draw as random replacements:
+    every id of the vocabulary but the special ones (bytes: the ids below ``[PAD]``)."""
+    special = (load_tokenizer(config.tokenizer).special_ids.values()
+               if config.tokenizer is not None else mlm_specials(config))
+    ordinary = np.ones(mlm_vocab(config), bool)
+    ordinary[list(special)] = False
+    return ordinary
 
 
 def min_tokens(segments: str) -> int:
@@ -108,30 +152,36 @@ def frame_segments(key, window, lengths, segments: str, specials: Specials):
     return tokens.astype(jnp.int32), (index > cut + 1).astype(jnp.int32)
 
 
-def mask_tokens(key, batch: dict, rate, mask_share, random_share, specials: Specials) -> dict:
-    """The masked-language-model batch of the module docstring from a framed ``batch``."""
+def mask_tokens(key, batch: dict, rate, mask_share, random_share, specials: Specials,
+                ordinary: np.ndarray) -> dict:
+    """The masked-language-model batch of the module docstring from a framed ``batch``;
+    ``ordinary``: ``[V]`` bool, the ids that may be chosen and drawn (``ordinary_tokens``)."""
     tokens = batch["inputs"]
     real = batch.get("token_mask", jnp.ones(tokens.shape, bool))
-    chosen = real & (tokens < specials.content) & (
+    chosen = real & jnp.asarray(ordinary)[tokens] & (
         jax.random.uniform(jax.random.fold_in(key, _CHOOSE), tokens.shape) < rate)
     u = jax.random.uniform(jax.random.fold_in(key, _REPLACE), tokens.shape)
-    random = jax.random.randint(jax.random.fold_in(key, _RANDOM), tokens.shape, 0,
-                                specials.content)
+    drawn = np.flatnonzero(ordinary).astype(np.int32)
+    random = jnp.asarray(drawn)[jax.random.randint(jax.random.fold_in(key, _RANDOM),
+                                                   tokens.shape, 0, drawn.size)]
     replaced = jnp.where(u < mask_share, specials.mask,
                          jnp.where(u < mask_share + random_share, random, tokens))
     return {**batch, "inputs": jnp.where(chosen, replaced, tokens).astype(jnp.int32),
             "targets": tokens, "weights": chosen.astype(jnp.float32)}
 
 
-class MaskedText:
-    """Byte-level text as masked-language-model examples (on device, jittable)."""
+class FramedText:
+    """Text (bytes, or ``data.tokenizer``'s ids) framed as encoder examples (on device,
+    jittable): masked (task ``mlm``) or as they are (task ``sentences``: for a model that
+    outputs hidden states; ``targets`` are the inputs and nothing is scored)."""
     on_device = True
 
-    def __init__(self, config):
-        self.config = config
-        self.corpus = ByteCorpus(config.path, config.val_fraction, lengths=config.lengths)
-        self.vocab_size = ByteCorpus.vocab_size + len(SPECIAL_TOKENS)
-        self.specials = special_tokens(self.vocab_size)
+    def __init__(self, config, masked: bool = True):
+        self.config, self.masked = config, masked
+        self.corpus = TextCorpus(config.path, config.val_fraction, lengths=config.lengths,
+                                 tokenizer=config.tokenizer)
+        self.vocab_size = mlm_vocab(config)
+        self.specials, self.ordinary = mlm_specials(config), ordinary_tokens(config)
 
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
         cfg = self.config
@@ -139,8 +189,11 @@ class MaskedText:
         lengths = real_lengths(key, batch_size, length, cfg)
         framed, segments = frame_segments(key, window, lengths, cfg.segments, self.specials)
         batch = place(framed, segments, lengths, cfg.padding, self.specials)
+        if not self.masked:
+            return {**batch, "targets": batch["inputs"],
+                    "weights": jnp.zeros(batch["inputs"].shape, jnp.float32)}
         return mask_tokens(key, batch, cfg.mlm_rate, cfg.mlm_mask_share, cfg.mlm_random_share,
-                           self.specials)
+                           self.specials, self.ordinary)
 
 
 class FirstRepeat:
@@ -199,10 +252,14 @@ def _check_first_repeat(config):
 
 
 PADDING_FIELDS = ("padding", "min_length")
+TEXT_FIELDS = ("path", "tokenizer", "segments") + PADDING_FIELDS
 TASKS.register("mlm", Task(
-    MaskedText, ("path", "segments", "mlm_rate", "mlm_mask_share", "mlm_random_share")
-    + PADDING_FIELDS, _check_mlm, objective="mlm",
-    vocab=lambda config: ByteCorpus.vocab_size + len(SPECIAL_TOKENS)))
+    FramedText, TEXT_FIELDS + ("mlm_rate", "mlm_mask_share", "mlm_random_share"), _check_mlm,
+    objective="mlm", vocab=mlm_vocab))
+TASKS.register("sentences", Task(
+    lambda config: FramedText(config, masked=False), TEXT_FIELDS,
+    lambda config: _check(config, min_tokens(config.segments), "sentences"),
+    objective="embedding", vocab=mlm_vocab))
 TASKS.register("first_repeat", Task(
     FirstRepeat, ("vocab_size",) + PADDING_FIELDS, _check_first_repeat,
     objective="classification"))

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attnjax.data.text import ByteCorpus
+from attnjax.data.text import BYTES, TextCorpus
 from attnjax.data.task import Task
 from attnjax.registry import TASKS
 
@@ -138,8 +138,8 @@ class LetterText:
 
     def __init__(self, config):
         self.config = config
-        self.corpus = ByteCorpus(config.path, config.val_fraction, lengths=config.lengths)
-        self.vocab_size = ByteCorpus.vocab_size + len(SPECIAL_TOKENS)
+        self.corpus = TextCorpus(config.path, config.val_fraction, lengths=config.lengths)
+        self.vocab_size = BYTES + len(SPECIAL_TOKENS)
         self.specials = seq2seq_specials(self.vocab_size)
 
     def sample(self, key, batch_size: int, length: int, split: str) -> dict:
@@ -168,4 +168,4 @@ for _name, _order in ORDERS.items():
         objective="seq2seq"))
 TASKS.register("letters", Task(
     LetterText, ("path",) + PADDING_FIELDS, lambda config: _check(config, "letters"),
-    objective="seq2seq", vocab=lambda config: ByteCorpus.vocab_size + len(SPECIAL_TOKENS)))
+    objective="seq2seq", vocab=lambda config: BYTES + len(SPECIAL_TOKENS)))

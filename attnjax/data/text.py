@@ -1,4 +1,5 @@
-"""Byte-level text and pre-tokenized corpora, sampled as random windows.
+"""Text (as bytes, or as a tokenizer's ids) and pre-tokenized corpora, sampled as random
+windows.
 
 Split: the first ``1 - val_fraction`` of the corpus trains, the rest validates (a contiguous
 tail, so no window straddles both). A window of ``L + 1`` tokens gives ``inputs = w[:-1]`` and
@@ -19,9 +20,11 @@ import numpy as np
 
 from attnjax.data.padding import PLAIN, Framing
 from attnjax.data.task import Task
+from attnjax.data.tokenizer import load_tokenizer
 from attnjax.registry import TASKS
 
 SEPARATOR = b"\n\n"
+BYTES = 256                      # the vocabulary of byte-level text
 
 
 def builtin_corpus_files() -> list[Path]:
@@ -68,14 +71,27 @@ def check_splits(size: int, lengths, val_fraction: float, path, splits=("train",
                                  f"tokens, fewer than data.length + 1 = {length + 1}")
 
 
-class ByteCorpus:
-    """Bytes on device; ``sample`` is jittable, so batches can be generated inside a scan."""
-    vocab_size = 256
+def text_vocab(config) -> int:
+    """The vocabulary of text under ``config`` (a ``DataConfig``): 256 bytes, or the ids of
+    ``data.tokenizer``."""
+    return BYTES if config.tokenizer is None else load_tokenizer(config.tokenizer).vocab_size
+
+
+class TextCorpus:
+    """Text on device, as bytes or (``tokenizer``, a ``tokenizer.json`` path) as its ids
+    without special tokens; ``sample`` is jittable, so batches can be generated inside a
+    scan."""
     on_device = True
 
     def __init__(self, path: str | None, val_fraction: float = 0.1,
-                 framing: Framing = PLAIN, lengths=()):
+                 framing: Framing = PLAIN, lengths=(), tokenizer: str | None = None):
         self.tokens = read_bytes(path)
+        self.vocab_size = BYTES
+        if tokenizer is not None:
+            codec = load_tokenizer(tokenizer)
+            self.tokens = codec.encode(self.tokens.tobytes().decode("utf-8", "replace"),
+                                       special=False)
+            self.vocab_size = codec.vocab_size
         self.path, self.val_fraction, self.framing = path, val_fraction, framing
         check_splits(len(self.tokens), lengths, val_fraction, path)
         self._device = jnp.asarray(self.tokens)
@@ -130,7 +146,7 @@ class TokenFile:
 
 
 def _check_text(config):
-    if config.vocab_size != ByteCorpus.vocab_size:
+    if config.tokenizer is None and config.vocab_size != BYTES:
         raise ValueError(f"data.vocab_size is 256 for byte-level text, got {config.vocab_size}")
 
 
@@ -143,8 +159,8 @@ def _check_tokens(config):
 FRAMING_FIELDS = ("bos_token", "padding", "min_length", "pad_token")
 
 TASKS.register("text", Task(
-    lambda c: ByteCorpus(c.path, c.val_fraction, Framing.of(c), c.lengths),
-    ("path",) + FRAMING_FIELDS, _check_text))
+    lambda c: TextCorpus(c.path, c.val_fraction, Framing.of(c), c.lengths, c.tokenizer),
+    ("path", "tokenizer") + FRAMING_FIELDS, _check_text, vocab=text_vocab))
 TASKS.register("tokens", Task(
     lambda c: TokenFile(c.path, c.token_dtype, c.vocab_size, c.val_fraction, Framing.of(c),
                         c.lengths),

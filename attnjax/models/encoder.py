@@ -12,7 +12,10 @@ self-attention (pre- or post-norm; a padded batch's pads hidden as keys by the
   its own when untied);
 - ``classifier='cls'`` or ``'mean'``, class logits ``[B, num_classes]``: the [CLS] token's
   state (the real token at position 0) or the mean over the real tokens, through BERT's pooler
-  ``tanh(W h + b)`` and a dense layer.
+  ``tanh(W h + b)`` and a dense layer;
+- ``classifier='hidden'``, the last hidden states ``[B, T, d_model]`` (a pretrained
+  ``BertModel``'s output, e.g. a sentence-embedding model's), in place of logits: nothing to
+  train or evaluate, everything to analyse.
 
 References: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
 Language Understanding".
@@ -24,12 +27,12 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
-from attnjax.data.encoder import special_tokens
+from attnjax.data.encoder import encoder_specials
 from attnjax.models.family import Family, scored_sums
 from attnjax.nn.attention import Dropout
 from attnjax.nn.slots import make_norm
 from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
-from attnjax.registry import MODELS, TASKS
+from attnjax.registry import MODELS
 
 ARGUMENTS = ("positions", "token_mask", "segment_ids")   # what a batch hands the model
 
@@ -110,10 +113,15 @@ class EncoderModel(nn.Module):
                                   token_mask=token_mask)
         if cfg.classifier == "none":
             logits = MaskedLMHead(cfg, name="mlm_head")(x, embed)
+        elif cfg.classifier == "hidden":
+            logits = x
         else:
             logits = Classifier(cfg, name="classifier")(x, positions, token_mask)
         aux = {"attn_weights": weights} if return_weights else {}
         return logits.astype(jnp.float32), aux
+
+
+OBJECTIVES = {"none": "mlm", "hidden": "embedding"}     # classifier -> objective; else classes
 
 
 def _check(config: ModelConfig):
@@ -127,7 +135,7 @@ def _check(config: ModelConfig):
 
 def _marked(data) -> dict:
     """[CLS] and [SEP] of the data's vocabulary."""
-    specials = special_tokens(TASKS.get(data.task).vocab(data))
+    specials = encoder_specials(data)
     return {"cls": specials.cls, "sep": specials.sep}
 
 
@@ -135,4 +143,4 @@ MODELS.register("encoder", Family(
     module=EncoderModel, arguments=encoder_arguments, sums=scored_sums, decodes=False,
     reads=("type_vocab_size", "embed_norm", "classifier", "num_classes"), causal=False,
     check=_check, marked=_marked,
-    objective=lambda config: "mlm" if config.classifier == "none" else "classification"))
+    objective=lambda config: OBJECTIVES.get(config.classifier, "classification")))

@@ -1,6 +1,6 @@
 """Pretrained checkpoints: a local Hugging Face model directory as an attnjax model
-(``load_pretrained``; the architectures in ``attnjax.pretrained.architectures``) and its
-tokenizer (``TextTokenizer``)."""
+(``load_pretrained``; the architectures in ``attnjax.pretrained.architectures``), and as an
+attnjax run directory with its tokenizer (``import_run``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from pathlib import Path
 
 from attnjax.config import ModelConfig
 from attnjax.pretrained.architectures import ARCHITECTURES, architecture, as_tree
-from attnjax.pretrained.tokenizer import TextTokenizer, check_vocabulary
 from attnjax.pretrained.weights import read_config, read_weights
 
-__all__ = ["ARCHITECTURES", "TextTokenizer", "check_vocabulary", "load_pretrained"]
+__all__ = ["ARCHITECTURES", "load_pretrained"]
 
 
 def load_pretrained(directory: str | Path) -> tuple[ModelConfig, dict]:

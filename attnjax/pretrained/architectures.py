@@ -10,9 +10,10 @@ approximated.
   ``rope_theta``, grouped-query attention, SwiGLU of ``intermediate_size``, no biases (Qwen2:
   on q, k and v; ``attention_bias`` on all four in Llama), untied output unless
   ``tie_word_embeddings``.
-- ``bert`` (``BertForMaskedLM``, weights under ``bert.``): post-norm LayerNorm blocks,
-  learned absolute positions and token types, LayerNorm on the summed embeddings, exact GELU,
-  the masked-language head ``cls.predictions`` tied to the word embeddings.
+- ``bert``: post-norm LayerNorm blocks, learned absolute positions and token types, LayerNorm
+  on the summed embeddings, exact GELU; ``BertForMaskedLM`` (weights under ``bert.``) with
+  the masked-language head ``cls.predictions`` tied to the word embeddings, a ``BertModel``
+  (MiniLM, sentence-embedding models) outputting its last hidden states.
 
 Torch ``Linear`` weights are ``[out, in]`` (``y = x W^T``); attnjax's kernels are ``[in, ...]``
 with heads as axes: queries ``[d, N, H]``, the output projection ``[N, H, d]``.
@@ -220,10 +221,15 @@ def llama_params(tensors: dict, config: ModelConfig) -> dict:
 
 # ------------------------------------------------------------------------------------- BERT
 
+MLM_HEADED = ("BertForMaskedLM", "BertForPreTraining")   # BERTs saved with cls.predictions
+
+
 def bert_config(hf: dict) -> ModelConfig:
     act = setting(hf, "hidden_act", ("gelu", "gelu_new"), "gelu")
     setting(hf, "position_embedding_type", ("absolute",), "absolute")
+    headed = any(name in MLM_HEADED for name in hf.get("architectures") or ())
     return ModelConfig(
+        classifier="none" if headed else "hidden",
         family="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
         num_layers=hf["num_hidden_layers"], max_length=hf["max_position_embeddings"],
         mlp=GELUS[act], mlp_hidden=hf["intermediate_size"], norm="layer",
@@ -235,10 +241,10 @@ def bert_config(hf: dict) -> ModelConfig:
 
 
 def bert_params(tensors: dict, config: ModelConfig) -> dict:
-    if not any(k.startswith("cls.predictions.") for k in tensors):
-        raise ValueError("the checkpoint has no masked-language head (cls.predictions.*): "
-                         "attnjax imports BertForMaskedLM checkpoints; a bare BertModel's "
-                         "outputs are not yet an attnjax model")
+    headed = config.classifier == "none"
+    if headed and not any(k.startswith("cls.predictions.") for k in tensors):
+        raise ValueError(f"config.json: architectures names one of {', '.join(MLM_HEADED)} but "
+                         "the checkpoint has no masked-language head (cls.predictions.*)")
     # not the masked LM: the [CLS] pooler, next-sentence head, the position-id buffer
     t = Tensors(tensors, ("bert.",), skip=("pooler.", "cls.seq_relationship.", "position_ids"))
     N = config.attention.num_heads
@@ -260,15 +266,23 @@ def bert_params(tensors: dict, config: ModelConfig) -> dict:
                                 t(p + "intermediate.dense.bias")),
                     "down": dense(t(p + "output.dense.weight"), t(p + "output.dense.bias"))},
             "mlp_norm": norm(t, p + "output.LayerNorm")}
+    if headed:
+        params["mlm_head"] = mlm_head(t, params["embed"]["embedding"])
+    t.check_all_read()
+    return params
+
+
+def mlm_head(t: Tensors, embedding: np.ndarray) -> dict:
+    """BERT's ``cls.predictions``: the transform, its LayerNorm and the output bias (the
+    output matrix tied to ``embedding``)."""
     head = lambda name: t(f"cls.predictions.{name}", prefixed=False)
-    params["mlm_head"] = {"transform": dense(head("transform.dense.weight"),
+    params = {"transform": dense(head("transform.dense.weight"),
                                              head("transform.dense.bias")),
                           "transform_norm": norm(t, "cls.predictions.transform.LayerNorm",
                                                  prefixed=False),
-                          "bias": head("bias")}
-    t.tied("cls.predictions.decoder.weight", params["embed"]["embedding"])
-    t.tied("cls.predictions.decoder.bias", params["mlm_head"]["bias"])
-    t.check_all_read()
+              "bias": head("bias")}
+    t.tied("cls.predictions.decoder.weight", embedding)
+    t.tied("cls.predictions.decoder.bias", params["bias"])
     return params
 
 

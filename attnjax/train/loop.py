@@ -34,7 +34,7 @@ from attnjax.rundir import RunDir
 from attnjax.train import hyper
 from attnjax.train.logging import MetricsWriter, Phases, Progress
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_state
+from attnjax.train.state import init_state, start_state
 from attnjax.train.step import make_diagnostics, make_eval_step
 from attnjax.train.strided import make_strided_eval_step, strided_options, windows
 
@@ -52,6 +52,7 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None, *,
     disjoint segments), each window after the first scoring its last ``score_last`` targets
     (default: the stride); the same targets as the ordinary evaluation. Combinations that
     would leave a target unscored or score one twice are refused before anything compiles."""
+    check_scored(config)
     strided = strided_options(config.data.length, window, stride, score_last,
                               causal=config.model.causal)
     if strided is not None:
@@ -60,6 +61,15 @@ def evaluate(config: Config, params, dataset: Dataset, lengths=None, *,
         config.model.check_lengths(strided[:1])
     return _evaluate_group([config], params, dataset, lengths, group=None,
                            train_mode=train_mode, strided=strided)[0]
+
+
+def check_scored(config: Config) -> None:
+    """Refuse, in one line, a model with no loss to train or evaluate: an encoder that
+    outputs its hidden states (``model.classifier='hidden'``)."""
+    if family(config.model).objective(config.model) == "embedding":
+        raise ValueError("model.classifier='hidden' outputs hidden states, with no loss to "
+                         "train or evaluate; give it a head (model.classifier=none, cls or "
+                         "mean) and start from it with train.init_from=RUN")
 
 
 def _stack(trees: list):
@@ -223,6 +233,7 @@ def train_group(configs: list[Config], workdirs: list, *, devices=None,
                          f"{', '.join(hyper.VALUES)}")
     for config, run in zip(configs, runs):
         _check_not_inside_data(config, run)
+        _check_start(config, run)
     dataset = load_dataset(configs[0].data)   # bad data or devices fail before anything is written
     group = len(configs) if len(configs) > 1 else None
     runner = Runner(configs[0], dataset, devices, group)
@@ -242,6 +253,22 @@ def _check_not_inside_data(config: Config, run: RunDir) -> None:
             run.path.resolve().is_relative_to(Path(path).resolve())):
         raise ValueError(f"data.path={path!r} contains the run directory {str(run.path)!r}: "
                          "the run would train on its own files; use a --workdir outside it")
+
+
+def _check_start(config: Config, run: RunDir) -> None:
+    """Refuse to train into an imported model's run directory (it holds parameters, not a
+    training state), and a ``train.init_from`` without a checkpoint, before anything is
+    written."""
+    check_scored(config)
+    if run.imported() is not None:
+        raise ValueError(f"workdir {str(run.path)!r} holds an imported model; fine-tune it into "
+                         f"a new run directory with train.init_from={str(run.path)!r}")
+    start = config.train.init_from
+    if start is not None:
+        if not RunDir(start).has_checkpoint():
+            raise ValueError(f"train.init_from={start!r} is not a run directory with a "
+                             "checkpoint")
+        start_state(config, quiet=True)        # its parameters fit the model
 
 
 def _train_prepared(configs, runs, dataset, runner, group, devices, progress, entered):
@@ -264,7 +291,7 @@ def _train_prepared(configs, runs, dataset, runner, group, devices, progress, en
         restored = [ckpt.restore(init_state(c)) for ckpt, c in zip(checkpoints, configs)]
         starts = [start or 0 for _, start in restored]
         if len(set(starts)) == 1:
-            states = [state if state is not None else init_state(c)
+            states = [state if state is not None else start_state(c)
                       for (state, _), c in zip(restored, configs)]
             return _run_lockstep(configs, runs, checkpoints, states, starts[0], runner, dataset,
                                  group, progress, entered)
@@ -389,10 +416,11 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
 def _initial_losses(configs: list[Config], runner: Runner, dataset: Dataset,
                     group) -> list[float]:
     """Each run's validation loss at the training length before its first update (its
-    parameters at initialisation, a pure function of its seed): the reference by which a
-    run that ends no better than it started is seen to have diverged. The parameters are
-    placed as the trained ones are, so the evaluation step is not traced again."""
-    states = [init_state(c) for c in configs]
+    parameters at initialisation, a pure function of its seed, or ``train.init_from``'s): the
+    reference by which a run that ends no better than it started is seen to have diverged. The
+    parameters are placed as the trained ones are, so the evaluation step is not traced
+    again."""
+    states = [start_state(c, quiet=True) for c in configs]
     params = runner.unplace(runner.place(_stack(states) if group else states[0])).params
     length = configs[0].data.length
     return [r[length]["loss"] for r in _evaluate_group(configs, params, dataset, [length], group)]

@@ -4,14 +4,18 @@ state holds no PRNG key and a restored state continues exactly."""
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from attnjax.config import Config
 from attnjax.models import build
+from attnjax.rundir import RunDir
 from attnjax.train import hyper
 from attnjax.train.optim import make_optimizer
 
@@ -35,6 +39,33 @@ def init_params(config: Config):
 
 def init_state(config: Config) -> TrainState:
     return _init_program(hyper.structure(config))(config.seed)[1]
+
+
+def start_state(config: Config, quiet: bool = False) -> TrainState:
+    """The state a new run starts from: ``init_state``, with the parameters of the best
+    checkpoint of ``train.init_from`` (an imported model's run, say) when it names one. Its
+    parameters the model has must have the model's shapes (else a one-line refusal); the
+    model's parameters it lacks (a new head) keep their initialisation, and its parameters
+    the model lacks (an old head) are left out, both said on stderr."""
+    state = init_state(config)
+    if config.train.init_from is None:
+        return state
+    _, loaded, _ = RunDir(config.train.init_from).params("best")
+    wanted = flatten_dict(state.params, sep="/")
+    found = flatten_dict(loaded, sep="/")
+    for name in sorted(wanted.keys() & found.keys()):
+        if np.shape(found[name]) != np.shape(wanted[name]):
+            raise ValueError(f"train.init_from={config.train.init_from!r}: its parameter "
+                             f"{name!r} has shape {tuple(np.shape(found[name]))}, this "
+                             f"model's {tuple(np.shape(wanted[name]))}: the models differ")
+    for names, what in ((wanted.keys() - found.keys(), "initialised anew"),
+                        (found.keys() - wanted.keys(), "left out")):
+        if names and not quiet:
+            print(f"attnjax: train.init_from={config.train.init_from!r}: {len(names)} "
+                  f"parameter(s) {what}: {', '.join(sorted(names))}", file=sys.stderr)
+    params = {name: jnp.asarray(found.get(name, mine), mine.dtype)
+              for name, mine in wanted.items()}
+    return state.replace(params=unflatten_dict(params, sep="/"))
 
 
 @functools.lru_cache(maxsize=16)

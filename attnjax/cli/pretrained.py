@@ -1,0 +1,40 @@
+"""``attnjax import``: a local Hugging Face model directory as an attnjax run directory."""
+
+from __future__ import annotations
+
+from attnjax.cli.arguments import OVERRIDES, add_command
+
+
+def _import(args) -> int:
+    from attnjax.pretrained.run import import_run
+    config = import_run(args.directory, args.workdir, args.overrides)
+    model = config.model
+    text = (f"on {config.data.tokenizer}" if config.data.tokenizer
+            else "on bytes (the directory has no tokenizer.json)")
+    print(f"imported {args.directory} into {args.workdir}: model.family={model.family}, "
+          f"{model.num_layers} layers of {model.attention.num_heads} heads "
+          f"({model.attention.num_kv_heads or model.attention.num_heads} key/value), d_model "
+          f"{model.d_model}, "
+          f"vocabulary {model.vocab_size}; data.task={config.data.task} {text}")
+    return 0
+
+
+def add_import(commands) -> None:
+    command = add_command(
+        commands, "import", "import a local Hugging Face checkpoint as a run directory",
+        "Read a local Hugging Face model directory (config.json, model.safetensors, sharded or "
+        "not, and tokenizer.json when present: a download or a Hugging Face cache snapshot) "
+        "and write an attnjax run directory that every command reads: config.json, a "
+        "checkpoint of the parameters, the tokenizer and imported.json (the source and its "
+        "files' SHA-256). Architectures: BERT (with or without the masked-language head), "
+        "GPT-2, Llama, Mistral, Qwen2; anything else, and pickle-only checkpoints, are "
+        "refused in one line. Nothing is downloaded.")
+    command.add_argument("directory", metavar="HF_DIR",
+                         help="the model directory, e.g. ~/.cache/huggingface/hub/models--gpt2/"
+                         "snapshots/<revision>")
+    command.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help=OVERRIDES + " (data and train fields: the model is the "
+                         "checkpoint's)")
+    command.add_argument("--workdir", required=True, metavar="DIR",
+                         help="the run directory to write (must not exist)")
+    command.set_defaults(run=_import)
