@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo info bench clean
+.PHONY: install test lint demo info bench minilm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attnjax sweep experiments/demo.py --workdir runs/demo-sweep --launcher vmap
 	$(BIN)/attnjax report runs/demo-sweep
+
+# a real pretrained model (sentence-transformers/all-MiniLM-L6-v2) as the run runs/minilm
+minilm: $(STAMP)
+	$(BIN)/python scripts/get_minilm.py --cache .cache --workdir runs/minilm
 
 info: $(STAMP)
 	$(BIN)/attnjax info

