@@ -9,6 +9,7 @@ cannot be imported is refused before anything is written."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import jax
@@ -17,7 +18,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from attnjax.analysis.capture import attention_weights, probe_examples
+from attnjax.analysis.heads import knockout_losses, write_head_report
 from attnjax.analysis.heatmaps import token_labels
+from attnjax.analysis.occlusion import embedding_occlusion
 from attnjax.config import apply_overrides
 from attnjax.data import Dataset
 from attnjax.data.encoder import mlm_specials
@@ -37,10 +40,14 @@ SENTENCE = "The dog sat on the mat by the door."     # the references' first inp
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    """Each fixture imported once: name -> its run directory."""
+    """Each fixture imported once (with a small corpus and evaluation): name -> its run
+    directory."""
     root = tmp_path_factory.mktemp("imported")
+    (root / "corpus.txt").write_text(" ".join([SENTENCE] * 300))     # a small corpus to read
     for name in NAMES:
-        import_run(FIXTURES / name, root / name)
+        import_run(FIXTURES / name, root / name, [f"data.path={root / 'corpus.txt'}",
+                                                  "train.eval_batches=2",
+                                                  "train.eval_batch_size=4"])
     return {name: RunDir(root / name) for name in NAMES}
 
 
@@ -182,3 +189,48 @@ def test_a_bert_model_without_a_head_is_analysed_and_fine_tuned_with_a_new_one(i
     jax.tree_util.tree_map(np.testing.assert_array_equal,
                            {k: v for k, v in params.items() if k != "classifier"},
                            imported_params)
+
+
+def sentence_embedding(model, params, tokens, **kwargs) -> np.ndarray:
+    """The mean of the last hidden states over the tokens, in float64 (the test's own)."""
+    hidden, _ = model.apply({"params": params}, np.asarray(tokens), **kwargs)
+    return np.asarray(hidden, np.float64).mean(1)
+
+
+def drift(a, b) -> np.ndarray:
+    return 1.0 - (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def test_occluding_a_token_of_a_bert_model_measures_its_sentence_embeddings_drift(imported):
+    config, params, _ = imported["bert"].params()
+    model = build(config.model)
+    tokens = probe_examples(config, text=SENTENCE)["inputs"]
+    mask = TextTokenizer(FIXTURES / "bert" / "tokenizer.json").token_id("[MASK]")
+    found = embedding_occlusion(config, params, tokens, mask)
+    base = sentence_embedding(model, params, tokens)
+    for j in range(tokens.shape[1]):
+        occluded = tokens.copy()
+        occluded[0, j] = mask
+        np.testing.assert_allclose(found[0, j],
+                                   drift(sentence_embedding(model, params, occluded), base)[0],
+                                   rtol=0, atol=1e-6)
+    raises_one_line(lambda: embedding_occlusion(imported["gpt2"].config(), params, tokens, 0),
+                    "embedding occlusion needs a model that outputs hidden states")
+
+
+def test_heads_of_a_bert_model_are_judged_by_its_sentence_embeddings_drift(imported, tmp_path):
+    config, params, _ = imported["bert"].params()
+    model = build(config.model)
+    batches = [jax.device_get(Dataset(config.data).batch(0, 0, 4, 16, "val"))]
+    delta = knockout_losses(config, params, batches)
+    base = sentence_embedding(model, params, batches[0]["inputs"])
+    for layer, head in ((0, 1), (1, 3)):
+        gates = np.ones(delta.shape)
+        gates[layer, head] = 0.0
+        knocked = sentence_embedding(model, params, batches[0]["inputs"], head_gates=gates)
+        np.testing.assert_allclose(delta[layer, head], drift(knocked, base).mean(), rtol=0,
+                                   atol=1e-6)
+    report = write_head_report(imported["bert"].path, tmp_path / "heads")
+    assert re.search(r"Baseline validation loss -?0\.0000, accuracy 1\.0000", report)
+    assert "| L1.H3 |" in report and "| — |" in report and "Knockout order removed" in report
+    assert not (tmp_path / "heads" / "importance.png").exists()

@@ -39,9 +39,8 @@ from attnjax.analysis.head_similarity import format_js_table, head_js, plot_head
 from attnjax.analysis.heatmaps import plot_head_matrix
 from attnjax.config import Config
 from attnjax.data import Dataset
-from attnjax.models import build, family
+from attnjax.models import build, family, mean_pool
 from attnjax.rundir import RunDir
-from attnjax.train import check_scored
 
 ORDERS = ("importance", "knockout", "random")
 
@@ -55,13 +54,26 @@ def validation_batches(config: Config, dataset: Dataset | None = None,
             for i in range(config.train.eval_batches if count is None else count)]
 
 
-def _as_batches(config: Config, dataset_or_batches) -> list[dict]:
+def _as_batches(config: Config, params, dataset_or_batches) -> list[dict]:
     if dataset_or_batches is None or isinstance(dataset_or_batches, Dataset):
-        return validation_batches(config, dataset_or_batches)
+        return with_references(config, params, validation_batches(config, dataset_or_batches))
     batches = list(dataset_or_batches)
     if not batches:
         raise ValueError("batches must not be empty")
-    return batches
+    return with_references(config, params, batches)
+
+
+def with_references(config: Config, params, batches: list[dict]) -> list[dict]:
+    """``batches``; for a model that outputs hidden states, each with ``reference``, its
+    sentence embeddings under all heads (``attnjax.models.encoder.mean_pool``): the loss the
+    heads are then judged by is the embedding's drift from them, ``1 - cos``, and the
+    accuracy the mean cosine."""
+    if family(config.model).objective(config.model) != "embedding":
+        return batches
+    every = _all_gates(config)
+    pooled = jax.jit(lambda p, b: mean_pool(_apply(config, p, every, b), b.get("token_mask")))
+    return [batch if "reference" in batch else {**batch, "reference": pooled(params, batch)}
+            for batch in batches]
 
 
 SELF = "self"       # the group of the model's own heads (a seq2seq model's decoder self-attention)
@@ -153,7 +165,7 @@ def knockout_losses(config: Config, params, dataset_or_batches=None, heads=None,
     minus the loss with all heads. ``dataset_or_batches``: a ``Dataset``, a list of batches,
     or ``None`` (the run's validation batches); ``heads``: the (layer, head) pairs to measure
     (others are NaN)."""
-    batches = _as_batches(config, dataset_or_batches)
+    batches = _as_batches(config, params, dataset_or_batches)
     L, N = _check_group(config, group)
     pairs = [(l, h) for l in range(L) for h in range(N)] if heads is None else list(heads)
     for layer, head in pairs:
@@ -192,7 +204,7 @@ def head_importance(config: Config, params, batches=None, *, gates=None,
     gates, default all ones; the other groups' at 1), ``[layers, heads]``; with ``normalize``
     each layer's scores are divided by their L2 norm over the heads whose gate is nonzero
     (gated-off heads score 0)."""
-    batches = _as_batches(config, batches)
+    batches = _as_batches(config, params, batches)
     every = _all_gates(config, gates, group)
     grads = _compiled_gate_grads(config, group)
     total, count = np.zeros(every[group].shape), 0
@@ -224,7 +236,7 @@ def pruning_curve(config: Config, params, batches=None, steps: int | None = None
     ``knockout`` (uses ``knockout`` deltas if given), ``random``."""
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not valid; choices: {', '.join(ORDERS)}")
-    batches = _as_batches(config, batches)
+    batches = _as_batches(config, params, batches)
     L, N = _check_group(config, group)
     counts = _prune_counts(L * N, min(L * N, 10) if steps is None else steps)
     if order == "knockout":
@@ -279,13 +291,23 @@ def plot_pruning_curve(curves, path, title: str = "pruning heads"):
     fig.savefig(path, dpi=110)
 
 
+def _drift(config: Config) -> bool:
+    """Whether heads are judged by the sentence embedding's drift (``with_references``), whose
+    gradient is zero at the model itself: gradient importance means nothing there."""
+    return family(config.model).objective(config.model) == "embedding"
+
+
 def _pruning_curves(config: Config, params, batches, steps, delta, group: str) -> list[dict]:
-    """The three removal orders of ``group``'s heads (knockout order from ``delta``)."""
-    return [pruning_curve(config, params, batches, steps, order="importance", group=group),
-            pruning_curve(config, params, batches, steps, order="knockout", knockout=delta,
-                          group=group),
-            pruning_curve(config, params, batches, steps, order="random", seed=config.seed,
-                          group=group)]
+    """The removal orders of ``group``'s heads (knockout order from ``delta``): importance
+    (but for a drift), knockout, random."""
+    importance = ([] if _drift(config) else
+                  [pruning_curve(config, params, batches, steps, order="importance",
+                                 group=group)])
+    return importance + [
+        pruning_curve(config, params, batches, steps, order="knockout", knockout=delta,
+                      group=group),
+        pruning_curve(config, params, batches, steps, order="random", seed=config.seed,
+                      group=group)]
 
 
 def _group_markdown(delta, importance, curves, label: str) -> list[str]:
@@ -294,13 +316,14 @@ def _group_markdown(delta, importance, curves, label: str) -> list[str]:
     lines = [f"| {label}head | knockout delta loss | importance (layer-normalised) |",
              "|---|---|---|"]
     lines += [f"| L{l}.H{h} | {delta[l, h]:+.4f} | {importance[l, h]:.3f} |"
+              if np.isfinite(importance[l, h]) else f"| L{l}.H{h} | {delta[l, h]:+.4f} | — |"
               for l in range(L) for h in range(N)]
     lines += ["", "| fraction removed | " + " | ".join(f"{c['order']} loss / acc" for c in curves)
               + " |", "|---" * (len(curves) + 1) + "|"]
     for k, fraction in enumerate(curves[0]["fraction"]):
         cells = [f"{c['loss'][k]:.4f} / {c['accuracy'][k]:.3f}" for c in curves]
         lines.append(f"| {fraction:.3f} | " + " | ".join(cells) + " |")
-    return lines + ["", "Importance order removed: " + ", ".join(
+    return lines + ["", f"{curves[0]['order'].capitalize()} order removed: " + ", ".join(
         f"L{l}H{h}" for l, h in curves[0]["pruned"])]
 
 
@@ -310,15 +333,18 @@ def _group_report(config: Config, params, batches, steps, group: str, out: Path,
     lines)``, and their pictures (``knockout.png``, ``importance.png``, ``pruning.png``,
     prefixed ``<group>_`` for a group other than the model's own heads)."""
     delta = knockout_losses(config, params, batches, group=group)
-    importance = head_importance(config, params, batches, group=group)
+    importance = (np.full(delta.shape, np.nan) if _drift(config) else
+                  head_importance(config, params, batches, group=group))
     curves = _pruning_curves(config, params, batches, steps, delta, group)
     prefix, what = ("", "head") if group == SELF else (f"{group}_", f"{group}-attention head")
+    loss = "embedding drift 1 - cos" if _drift(config) else "val loss"
     plot_knockout_heatmap(delta, out / f"{prefix}knockout.png",
-                          f"{name}: val loss increase when one {what} is knocked out "
+                          f"{name}: {loss} increase when one {what} is knocked out "
                           f"(baseline {base['loss']:.3f})")
-    plot_head_matrix(importance, out / f"{prefix}importance.png",
-                     f"{name}: {what} importance E|dL/d gate| (L2-normalised per layer)",
-                     label="importance")
+    if not _drift(config):
+        plot_head_matrix(importance, out / f"{prefix}importance.png",
+                         f"{name}: {what} importance E|dL/d gate| (L2-normalised per layer)",
+                         label="importance")
     plot_pruning_curve(curves, out / f"{prefix}pruning.png",
                        f"{name}: iterative pruning of the {what}s")
     label = "" if group == SELF else f"{group} "
@@ -333,12 +359,13 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     ``knockout.md``; for a family with other head groups (an encoder–decoder's cross-attention
     and encoder heads) the same three for each, pruned with the other groups kept: a section of
     ``knockout.md`` and ``<group>_knockout.png``, ``<group>_importance.png``,
-    ``<group>_pruning.png``. Returns the Markdown of ``knockout.md``."""
+    ``<group>_pruning.png``. A model that outputs hidden states is judged by its sentence
+    embeddings' drift (``with_references``), without gradient importance. Returns the Markdown
+    of ``knockout.md``."""
     if which not in ("best", "latest"):
         raise ValueError(f"which={which!r} is not valid; choices: best, latest")
-    check_scored(RunDir(run_dir).config())          # knockouts change a loss
     config, params, step = RunDir(run_dir).params(which)
-    batches = validation_batches(config)
+    batches = with_references(config, params, validation_batches(config))
     base = evaluate_gates(config, params, np.ones(_shape(config)), batches)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -351,9 +378,13 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
             writer.writerow([layer, head, f"{value:.6g}", f"{importance[layer, head]:.6g}"])
     probe = jax.device_get(batches[0])
     js = head_js(config, params, probe["inputs"], arguments=family(config.model).arguments(probe))
+    drift = ("The loss is the drift of each sentence embedding (the mean-pooled last hidden "
+             "states) from the model's own, 1 - cos; the accuracy the mean cosine; gradient "
+             "importance is not defined (the drift's gradient is zero at the model itself). "
+             if _drift(config) else "")
     lines = [f"# Heads of {name}", "",
-             f"Baseline validation loss {base['loss']:.4f}, accuracy {base['accuracy']:.4f} "
-             f"({len(batches)} batches).", "", *own, "",
+             f"{drift}Baseline validation loss {base['loss']:.4f}, accuracy "
+             f"{base['accuracy']:.4f} ({len(batches)} batches).", "", *own, "",
              "Same-layer head similarity: Jensen-Shannon divergence between two heads' "
              f"rows (query rows >= 1, {len(batches[0]['inputs'])} examples of the first "
              "validation batch; 0 = identical, ln 2 = 0.693 = disjoint):", "",

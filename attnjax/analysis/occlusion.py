@@ -11,6 +11,9 @@ keys the way their removal hurts the prediction?
   ``lax.map`` over chunks of about ``MEMORY`` bytes of logits and activations, each one
   forward pass over the batch and its occluded copies stacked along the batch axis, which
   yields every query's row at once.
+- embedding drift (an encoder that outputs hidden states): ``E[b, j] = 1 - cos(e(x), e(x with
+  x_j <- [MASK]))``, ``e`` the mean-pooled last hidden states, a sentence embedding
+  (``embedding_occlusion``).
 - agreement: ``rho[b, i] = spearman(I[b, i, :i+1], a[b, i, :i+1])``, Spearman's rank
   correlation over the keys ``j <= i`` between the importance and the last layer's attention
   weights averaged over heads ``a = mean_h p_{L-1, b, h}`` (NaN for rows with one key or a
@@ -32,7 +35,7 @@ import numpy as np
 from attnjax.analysis.capture import attention_weights
 from attnjax.analysis.figures import subplots
 from attnjax.config import Config
-from attnjax.models import build
+from attnjax.models import build, family, mean_pool
 from attnjax.ops.stats import spearman
 
 MEMORY = 2 ** 28        # bytes of one vmapped chunk of occluded forward passes (about)
@@ -107,6 +110,35 @@ def occlusion_importance(config: Config, params, inputs, targets, *, draws: int 
     chunk = _chunk(config, B, T, T * draws)
     return np.asarray(_compiled_importance(config.model, draws, chunk)(params, inputs, targets,
                                                                        seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_drift(model_config):
+    model = build(model_config)
+
+    def drift(params, inputs, replacement):
+        B, T = inputs.shape
+        occluded = jnp.where(jnp.eye(T, dtype=bool)[:, None, :], replacement, inputs[None])
+        x = jnp.concatenate([inputs[None], occluded]).reshape(-1, T)         # [(T+1) B, T]
+        pooled = mean_pool(model.apply({"params": params}, x)[0]).reshape(T + 1, B, -1)
+        cos = (pooled[1:] * pooled[0]).sum(-1) / (jnp.linalg.norm(pooled[1:], axis=-1)
+                                                  * jnp.linalg.norm(pooled[0], axis=-1))
+        return (1.0 - cos).T                                                   # [B, j]
+
+    return jax.jit(drift)
+
+
+def embedding_occlusion(config: Config, params, inputs, replacement: int) -> np.ndarray:
+    """``[B, T]``: for a model that outputs hidden states, the drift ``1 - cos`` of each
+    example's sentence embedding (its mean-pooled last hidden states) when its token j alone
+    is replaced by ``replacement`` (BERT's ``[MASK]``); all ``T`` occluded copies and the
+    batch in one forward pass."""
+    if family(config.model).objective(config.model) != "embedding":
+        raise ValueError("embedding occlusion needs a model that outputs hidden states "
+                         f"(model.classifier='hidden'), got model.family="
+                         f"{config.model.family!r}, classifier={config.model.classifier!r}")
+    inputs = jnp.asarray(inputs, jnp.int32)
+    return np.asarray(_compiled_drift(config.model)(params, inputs, replacement))
 
 
 def head_mean_weights(config: Config, params, inputs) -> np.ndarray:

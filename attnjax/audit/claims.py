@@ -11,9 +11,11 @@ results on both sides of the criterion: ``[(results, {part: word})]``, which the
   named the same in two claims are one run), ``get_sweep()`` (override dicts, as any
   experiment) and ``measure(runs: Runs) -> results`` on the trained runs;
 
-and optionally ``plot(results, out_dir) -> list[Path]``, and for an op-level claim
-``TEST_SIZE`` (module attribute -> value: fewer lengths, regimes or timing rounds), with which
-the test suite runs the same measurement on less. Results are JSON-able dicts.
+and optionally ``plot(results, out_dir) -> list[Path]``, ``inputs() -> str`` (what the results
+depend on outside the file, e.g. whether a pretrained model is installed: a change measures
+them again), and for an op-level claim ``TEST_SIZE`` (module attribute -> value: fewer
+lengths, regimes or timing rounds), with which the test suite runs the same measurement on
+less. Results are JSON-able dicts.
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ class ClaimFile:
         if isinstance(verdict, Verdict):
             return {self.id: verdict}
         return {f"{self.id}{part}": v for part, v in verdict.items()}
+
+    def inputs(self) -> str:
+        """What its results depend on besides its file and runs (the file's ``inputs()``,
+        e.g. a pretrained model's presence): part of their fingerprint."""
+        return self.module.inputs() if hasattr(self.module, "inputs") else ""
 
     def plot(self, results: dict, out_dir: Path) -> list[Path]:
         if not hasattr(self.module, "plot"):

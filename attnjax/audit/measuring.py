@@ -41,7 +41,7 @@ def plain(value):
 
 
 def fingerprint(claim: ClaimFile, runs: list[Run]) -> str:
-    text = claim.text + json.dumps(sorted(r.name for r in runs))
+    text = claim.text + json.dumps(sorted(r.name for r in runs)) + claim.inputs()
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -2,6 +2,6 @@
 how everything above this package reaches a model. Importing it registers every family."""
 
 from attnjax.models import decoder, encoder, seq2seq  # noqa: F401  they register the families
-from attnjax.models.family import Family, build, family
+from attnjax.models.family import Family, build, family, mean_pool
 
-__all__ = ["Family", "build", "family"]
+__all__ = ["Family", "build", "family", "mean_pool"]

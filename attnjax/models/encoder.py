@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from attnjax.config import ModelConfig
 from attnjax.data.encoder import encoder_specials
-from attnjax.models.family import Family, scored_sums
+from attnjax.models.family import Family, mean_pool, scored_sums
 from attnjax.nn.attention import Dropout
 from attnjax.nn.slots import make_norm
 from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
@@ -71,8 +71,7 @@ class Classifier(nn.Module):
             chosen = real & (jnp.broadcast_to(positions, x.shape[:2]) == 0)
         else:
             chosen = real
-        weights = chosen.astype(x.dtype) / chosen.sum(-1, keepdims=True).astype(x.dtype)
-        pooled = jnp.einsum("bt,btd->bd", weights, x)
+        pooled = mean_pool(x, chosen)
         pooled = jnp.tanh(nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="pooler")(pooled))
         return nn.Dense(cfg.num_classes, dtype=jnp.dtype(cfg.dtype), name="out")(pooled)
 
@@ -124,6 +123,22 @@ class EncoderModel(nn.Module):
 OBJECTIVES = {"none": "mlm", "hidden": "embedding"}     # classifier -> objective; else classes
 
 
+def encoder_sums(outputs, batch: dict) -> dict:
+    """``scored_sums``; for hidden-state outputs with ``batch["reference"]`` ``[B, d]`` (the
+    sentence embeddings of the model as it is; head analysis adds them), the drift of each
+    sentence embedding (``mean_pool``) from its reference: ``ce`` sums ``1 - cos``,
+    ``correct`` sums ``cos``, one weight per example."""
+    if "reference" not in batch:
+        return scored_sums(outputs, batch)
+    pooled = mean_pool(outputs, batch.get("token_mask"))
+    reference = batch["reference"]
+    cos = (pooled * reference).sum(-1) / (jnp.linalg.norm(pooled, axis=-1)
+                                          * jnp.linalg.norm(reference, axis=-1))
+    zero = jnp.zeros((), jnp.float32)
+    return {"ce": (1.0 - cos).sum(), "z": zero, "correct": cos.sum(),
+            "weight": jnp.asarray(cos.shape[0], jnp.float32)}
+
+
 def _check(config: ModelConfig):
     if not config.attention.causal:
         raise ValueError(f"model.attention.causal=False means nothing with family="
@@ -140,7 +155,7 @@ def _marked(data) -> dict:
 
 
 MODELS.register("encoder", Family(
-    module=EncoderModel, arguments=encoder_arguments, sums=scored_sums, decodes=False,
+    module=EncoderModel, arguments=encoder_arguments, sums=encoder_sums, decodes=False,
     reads=("type_vocab_size", "embed_norm", "classifier", "num_classes"), causal=False,
     check=_check, marked=_marked,
     objective=lambda config: OBJECTIVES.get(config.classifier, "classification")))

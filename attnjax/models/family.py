@@ -75,6 +75,15 @@ def scored_sums(logits: jax.Array, batch: dict) -> dict:
             "correct": ((jnp.argmax(logits, -1) == batch["targets"]) * w).sum(), "weight": w.sum()}
 
 
+def mean_pool(hidden, token_mask=None):
+    """``[B, d]``: the mean of ``hidden`` ``[B, T, d]`` over the real tokens (``token_mask``
+    ``[B, T]``, default all): a sentence embedding, as sentence-transformers pools."""
+    real = (jnp.ones(hidden.shape[:2], bool) if token_mask is None
+            else jnp.asarray(token_mask, bool))
+    weights = real.astype(hidden.dtype) / real.sum(-1, keepdims=True).astype(hidden.dtype)
+    return jnp.einsum("bt,btd->bd", weights, hidden)
+
+
 def family(config: ModelConfig) -> Family:
     """The family ``config.family`` names."""
     return MODELS.get(config.family)
