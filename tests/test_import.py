@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 
 from attnjax.analysis.capture import attention_weights, probe_examples
 from attnjax.analysis.heads import knockout_losses, write_head_report
-from attnjax.analysis.heatmaps import token_labels
+from attnjax.analysis.heatmaps import token_labels, write_attention_report
 from attnjax.analysis.occlusion import embedding_occlusion
 from attnjax.config import apply_overrides
 from attnjax.data import Dataset
@@ -234,3 +234,18 @@ def test_heads_of_a_bert_model_are_judged_by_its_sentence_embeddings_drift(impor
     assert re.search(r"Baseline validation loss -?0\.0000, accuracy 1\.0000", report)
     assert "| L1.H3 |" in report and "| — |" in report and "Knockout order removed" in report
     assert not (tmp_path / "heads" / "importance.png").exists()
+
+
+def test_attention_with_occlusion_on_a_bert_model_sets_its_cls_row_beside_the_drift(imported,
+                                                                                    tmp_path):
+    report = write_attention_report(imported["bert"].path, tmp_path / "bert", text=SENTENCE,
+                                    occlusion=True)
+    assert "sentence embedding's drift when the token is masked" in report
+    rows = (tmp_path / "bert" / "occlusion.csv").read_text().splitlines()
+    assert rows[0] == "position,token,cls_attention,embedding_drift"
+    assert [r.split(",")[1] for r in rows[1:4]] == ["the", "do", "##g"]    # no [CLS] or [SEP]
+    assert (tmp_path / "bert" / "occlusion.png").is_file()
+    raises_one_line(lambda: write_attention_report(imported["bert_mlm"].path, tmp_path / "mlm",
+                                                   text=SENTENCE, occlusion=True),
+                    "--occlusion needs a next-token model or one that outputs hidden states",
+                    "this run trains 'mlm'")

@@ -18,12 +18,15 @@ from attnjax.analysis.capture import (attention_weights, layer_cosines, model_ar
                                       probe_examples, stream_attention)
 from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
-from attnjax.analysis.occlusion import occlusion_agreement, plot_occlusion
+from attnjax.analysis.occlusion import (embedding_occlusion, head_mean_weights,
+                                        occlusion_agreement, plot_embedding_occlusion,
+                                        plot_occlusion)
 from attnjax.config import apply_overrides
 from attnjax.data.encoder import SPECIAL_TOKENS, encoder_specials
 from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
 from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.data.tokenizer import load_tokenizer
+from attnjax.models import family
 from attnjax.ops import stats as stats_ops
 from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
@@ -187,9 +190,39 @@ def format_layer_table(cosines: dict[str, np.ndarray], norm_entropy) -> str:
     return "\n".join(lines)
 
 
+def _objective(config) -> str:
+    return family(config.model).objective(config.model)
+
+
+def _embedding_occlusion_part(config, params, probe: dict, out: Path, name: str) -> str:
+    """For a model that outputs hidden states, on example 0's tokens other than the special
+    ones: ``occlusion.png`` (the [CLS] query's last-layer head-mean attention beside the
+    sentence embedding's drift when the token is masked) and ``occlusion.csv``; returns the
+    rho line."""
+    specials = encoder_specials(config.data)
+    tokens = np.asarray(probe["inputs"][:1])
+    content = np.flatnonzero(~np.isin(tokens[0], [specials.pad, specials.cls, specials.sep]))
+    drift = embedding_occlusion(config, params, tokens, specials.mask)[0, content]
+    attention = head_mean_weights(config, params, tokens)[0, 0, content]
+    labels = token_labels(tokens[0], config.data)
+    with open(out / "occlusion.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["position", "token", "cls_attention", "embedding_drift"])
+        for j, a, d in zip(content, attention, drift, strict=True):
+            writer.writerow([int(j), labels[j], f"{a:.6g}", f"{d:.6g}"])
+    plot_embedding_occlusion([labels[j] for j in content], attention, drift,
+                             out / "occlusion.png", f"{name}: attention vs occlusion, example 0")
+    return (f"Occlusion: Spearman rho between the [CLS] query's last-layer head-mean attention "
+            f"and the sentence embedding's drift when the token is masked: "
+            f"{stats_ops.spearman(attention, drift):.4f} over {content.size} tokens of example 0.")
+
+
 def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: int) -> str:
     """``occlusion.png`` (weights beside occlusion importance for four queries of example 0)
-    and ``occlusion.csv`` (one row per scored query); returns the median-rho line."""
+    and ``occlusion.csv`` (one row per scored query); returns the median-rho line. A model
+    that outputs hidden states: ``_embedding_occlusion_part``."""
+    if _objective(config) == "embedding":
+        return _embedding_occlusion_part(config, params, probe, out, name)
     result = occlusion_agreement(config, params, probe, draws=draws, seed=config.seed)
     with open(out / "occlusion.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -285,6 +318,10 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
     config, params, step = RunDir(run_dir).params(which)
     if overrides:
         config = apply_overrides(config, overrides)
+    if occlusion and _objective(config) not in ("next_token", "embedding"):
+        raise ValueError(f"--occlusion needs a next-token model or one that outputs hidden "
+                         f"states (model.classifier='hidden'); this run trains "
+                         f"{_objective(config)!r}")
     if length is not None:
         config.model.check_lengths((length,))       # e.g. a learned table has max_length rows
     probe = probe_examples(config, text=text, batch_size=batch or 4, length=length)

@@ -202,3 +202,23 @@ def plot_occlusion(result: dict, example: int, queries, labels: list[str], path,
                                loc="left")
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100)
+
+
+def draw_embedding_occlusion(axes, labels: list[str], attention, drift) -> None:
+    """On two axes, bars over the tokens: the attention a query pays them, and the sentence
+    embedding's drift when each is masked (``embedding_occlusion``)."""
+    keys = np.arange(len(labels))
+    panels = ((attention, "[CLS] attention (last layer, head mean)", "tab:blue"),
+              (drift, "embedding change 1 - cos when masked", "tab:orange"))
+    for ax, (values, ylabel, colour) in zip(axes, panels):
+        ax.bar(keys, values, color=colour, width=0.8)
+        ax.set_xticks(keys, labels, rotation=60, fontsize=7 if len(keys) > 24 else 8)
+        ax.set_ylabel(ylabel, fontsize=8)
+
+
+def plot_embedding_occlusion(labels: list[str], attention, drift, path, title: str):
+    """``draw_embedding_occlusion`` as a figure of two panels, titled with Spearman's rho."""
+    fig, axes = subplots(1, 2, figsize=(12.0, 3.6), layout="constrained")
+    draw_embedding_occlusion(axes, labels, attention, drift)
+    fig.suptitle(f"{title}; Spearman rho = {spearman(attention, drift):.2f}", fontsize=10)
+    fig.savefig(path, dpi=100)

@@ -16,7 +16,7 @@ from what moves the output). Untestable when the model is not installed.
 import numpy as np
 
 from attnjax.analysis.figures import subplots
-from attnjax.analysis.occlusion import embedding_occlusion
+from attnjax.analysis.occlusion import draw_embedding_occlusion, embedding_occlusion
 from attnjax.audit import holds, untestable
 from attnjax.audit.pretrained import (absent, documentation_sentences, fingerprint, load_minilm,
                                       sentence_attention)
@@ -79,14 +79,8 @@ def plot(r, out_dir):
     axes[0].set_xlabel("Spearman rho (per sentence)")
     axes[0].set_ylabel("sentences")
     axes[0].legend(fontsize=8)
-    keys = np.arange(len(example["tokens"]))
-    for ax, key, label, colour in ((axes[1], "attention", "[CLS] attention (last layer, head "
-                                    "mean)", "tab:blue"),
-                                   (axes[2], "drift", "embedding change 1 - cos when masked",
-                                    "tab:orange")):
-        ax.bar(keys, example[key], color=colour)
-        ax.set_xticks(keys, example["tokens"], rotation=60, fontsize=8)
-        ax.set_ylabel(label, fontsize=8)
+    draw_embedding_occlusion(axes[1:], example["tokens"], example["attention"],
+                             example["drift"])
     axes[1].set_title(f"one sentence: rho = {example['rho']:.2f}", fontsize=9, loc="left")
     fig.suptitle(f"PT3: all-MiniLM-L6-v2, {rho.size} sentences: attention vs occlusion",
                  fontsize=10)
