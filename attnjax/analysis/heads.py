@@ -268,20 +268,27 @@ def pruning_curve(config: Config, params, batches=None, steps: int | None = None
     return result
 
 
-def plot_knockout_heatmap(delta, path, title: str = "loss increase when the head is knocked out"):
-    """``delta`` ``[layers, heads]`` annotated, red-blue centred at 0 (red = loss goes up)."""
-    plot_head_matrix(delta, path, title, diverging=True, label="delta val loss")
+LOSS, DRIFT = ("validation loss", "validation accuracy"), ("embedding drift 1 - cos",
+                                                             "mean cosine to the model's own")
 
 
-def plot_pruning_curve(curves, path, title: str = "pruning heads"):
-    """Loss and accuracy against the fraction of heads removed, one line per curve (a
-    ``pruning_curve`` result, or a list of them)."""
+def plot_knockout_heatmap(delta, path, title: str = "loss increase when the head is knocked out",
+                          metrics=LOSS):
+    """``delta`` ``[layers, heads]`` annotated, red-blue centred at 0 (red = loss goes up);
+    ``metrics``: the names of the loss and accuracy (``LOSS``, or a head-less encoder's
+    ``DRIFT``)."""
+    plot_head_matrix(delta, path, title, diverging=True, label=f"delta {metrics[0]}")
+
+
+def plot_pruning_curve(curves, path, title: str = "pruning heads", metrics=LOSS):
+    """Loss and accuracy (named by ``metrics``) against the fraction of heads removed, one
+    line per curve (a ``pruning_curve`` result, or a list of them)."""
     curves = [curves] if isinstance(curves, dict) else list(curves)
     fig, (left, right) = subplots(1, 2, figsize=(10, 4))
     for curve in curves:
         for ax, key in ((left, "loss"), (right, "accuracy")):
             ax.plot(curve["fraction"], curve[key], marker="o", markersize=3, label=curve["order"])
-    for ax, key in ((left, "validation loss"), (right, "validation accuracy")):
+    for ax, key in zip((left, right), metrics):
         ax.set_xlabel("fraction of heads removed")
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
@@ -337,16 +344,16 @@ def _group_report(config: Config, params, batches, steps, group: str, out: Path,
                   head_importance(config, params, batches, group=group))
     curves = _pruning_curves(config, params, batches, steps, delta, group)
     prefix, what = ("", "head") if group == SELF else (f"{group}_", f"{group}-attention head")
-    loss = "embedding drift 1 - cos" if _drift(config) else "val loss"
+    metrics = DRIFT if _drift(config) else LOSS
     plot_knockout_heatmap(delta, out / f"{prefix}knockout.png",
-                          f"{name}: {loss} increase when one {what} is knocked out "
-                          f"(baseline {base['loss']:.3f})")
+                          f"{name}: {metrics[0]} increase when one {what} is knocked out "
+                          f"(baseline {base['loss']:.3f})", metrics)
     if not _drift(config):
         plot_head_matrix(importance, out / f"{prefix}importance.png",
                          f"{name}: {what} importance E|dL/d gate| (L2-normalised per layer)",
                          label="importance")
     plot_pruning_curve(curves, out / f"{prefix}pruning.png",
-                       f"{name}: iterative pruning of the {what}s")
+                       f"{name}: iterative pruning of the {what}s", metrics)
     label = "" if group == SELF else f"{group} "
     return delta, importance, _group_markdown(delta, importance, curves, label)
 

@@ -132,8 +132,9 @@ def encoder_sums(outputs, batch: dict) -> dict:
         return scored_sums(outputs, batch)
     pooled = mean_pool(outputs, batch.get("token_mask"))
     reference = batch["reference"]
-    cos = (pooled * reference).sum(-1) / (jnp.linalg.norm(pooled, axis=-1)
-                                          * jnp.linalg.norm(reference, axis=-1))
+    cos = jnp.clip((pooled * reference).sum(-1) / (jnp.linalg.norm(pooled, axis=-1)
+                                                   * jnp.linalg.norm(reference, axis=-1)),
+                   -1.0, 1.0)                       # rounding: the drift is never below 0
     zero = jnp.zeros((), jnp.float32)
     return {"ce": (1.0 - cos).sum(), "z": zero, "correct": cos.sum(),
             "weight": jnp.asarray(cos.shape[0], jnp.float32)}
