@@ -153,11 +153,30 @@ def llama_like(root: Path) -> None:
          input_ids(tok), dtype=torch.bfloat16)
 
 
+def llama3(root: Path) -> None:
+    """Llama with Llama 3.1's RoPE bands: at base 100 and head size 8 the four pairs' wavelengths
+    (6.3, 19.9, 62.8, 199) fall in every band of an original context of 64 (kept below 16,
+    mixed, scaled above 64)."""
+    tok = byte_bpe("<s>")
+    torch.manual_seed(6)
+    config = transformers.LlamaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, intermediate_size=88,
+        max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        attn_implementation="eager", hidden_act="silu",
+        rope_parameters={"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0,
+                         "original_max_position_embeddings": 64, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0})
+    save(root / "llama3", scaled(transformers.LlamaForCausalLM(config), 0.2), tok,
+         input_ids(tok))
+
+
 def main(root: str) -> None:
     root = Path(root)
     bert(root)
     gpt2(root)
     llama_like(root)
+    llama3(root)
     versions = {"torch": torch.__version__, "transformers": transformers.__version__}
     (root / "VERSIONS.json").write_text(json.dumps(versions, indent=1) + "\n")
 

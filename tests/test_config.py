@@ -227,7 +227,8 @@ def test_unknown_position_kind_lists_all():
     ("model.attention.scale=sqrt", ("inv_sqrt_d", "inv_d", "constant", "learned")),
     ("model.attention.sink=zero", ("none", "learned", "plus_one")),
     ("model.attention.dropout=attn", ("none", "probs_shared", "probs_per_head", "output")),
-    ("model.position.rope_scaling=xpos", ("default", "linear", "ntk", "dynamic_ntk", "yarn")),
+    ("model.position.rope_scaling=xpos", ("default", "linear", "ntk", "dynamic_ntk", "yarn",
+                                          "llama3")),
 ])
 def test_literal_bad_value_lists_choices(item, choices):
     field, value = item.split("=")
@@ -492,6 +493,8 @@ NON_DEFAULT = {"model.attention.causal": (False, ["model.attention.window=4"]),
                "model.mlp_ratio": (2.0, ["model.mlp_hidden=64"]),
                "model.position.rope_scale": (2.0, []),
                "model.position.train_length": (16, []),
+               "model.position.rope_low_freq_factor": (0.5, []),
+               "model.position.rope_high_freq_factor": (8.0, []),
                "data.min_length": (4, []),
                "data.pad_token": (3, []),
                "model.num_classes": (3, ["model.family=encoder", "data.task=mlm",

@@ -150,6 +150,25 @@ def test_rope_frequencies_golden():
     np.testing.assert_allclose(f, 1.138629436111989, rtol=1e-7)
 
 
+def test_llama3_frequencies_golden():
+    # theta = [1, 0.1, 0.01, 0.001]: wavelengths 2 pi / theta = 6.28, 62.8, 628, 6283. With
+    # L = 2048, l = 1, h = 4: below L / h = 512 kept (pairs 0, 1); above L / l = 2048 scaled
+    # by 1/8 (pair 3); pair 2 mixes with r = (2048 * 0.01 / (2 pi) - 1) / 3 = 0.753164:
+    # 0.01 ((1 - r) / 8 + r) = 0.0078401886.
+    inv, f = P.rope_frequencies(8, schedule="llama3", scale=8.0, train_length=2048)
+    np.testing.assert_allclose(inv, [1.0, 0.1, 0.007840188600689215, 0.000125], rtol=1e-6)
+    assert float(f) == 1.0
+    # bands moved: l = 2, h = 8 -> kept below 256, scaled above 1024; pair 2 (628) mixes with
+    # r = (3.259493 - 2) / 6 = 0.2099155: 0.01 ((1 - r) / 8 + r) = 0.0030868
+    inv, _ = P.rope_frequencies(8, schedule="llama3", scale=8.0, train_length=2048,
+                                low_freq_factor=2.0, high_freq_factor=8.0)
+    r = (2048 * 0.01 / (2 * math.pi) - 2) / 6
+    np.testing.assert_allclose(inv, [1.0, 0.1, 0.01 * ((1 - r) / 8 + r), 0.000125], rtol=1e-6)
+    with pytest.raises(ValueError, match="low_freq_factor < high_freq_factor"):
+        P.rope_frequencies(8, schedule="llama3", scale=8.0, train_length=2048,
+                           low_freq_factor=4.0, high_freq_factor=4.0)
+
+
 def test_yarn_short_train_length():
     # train_length 128 < 2 pi 32 ~ 201: i(32) = -0.196 -> floor -1 -> clipped to 0;
     # i(1) = 8 ln(128 / 2pi) / 18.4207 = 1.309 -> high = 2. ramp = [0, 0.5, 1, 1]:
@@ -201,7 +220,8 @@ def test_dynamic_ntk():
 
 
 def test_rope_errors():
-    msg = "rope schedule 'bogus' is not one of: default, linear, ntk, dynamic_ntk, yarn"
+    msg = ("rope schedule 'bogus' is not one of: default, linear, ntk, dynamic_ntk, yarn, "
+           "llama3")
     with pytest.raises(ValueError, match=re.escape(msg)):
         P.rope_frequencies(8, schedule="bogus")
     with pytest.raises(ValueError, match="scale"):

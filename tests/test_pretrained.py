@@ -8,6 +8,7 @@ installed, the references are recomputed live too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -25,8 +26,8 @@ from attnjax.pretrained import load_pretrained
 from helpers import REPO, raises_one_line
 
 FIXTURES = REPO / "tests" / "data" / "hf"
-MODELS = ["bert", "bert_mlm", "gpt2", "llama", "mistral", "qwen2"]   # bert: a bare BertModel
-DECODERS = ["gpt2", "llama", "mistral", "qwen2"]
+MODELS = ["bert", "bert_mlm", "gpt2", "llama", "llama3", "mistral", "qwen2"]  # bert: no head
+DECODERS = ["gpt2", "llama", "llama3", "mistral", "qwen2"]
 # the sentences scripts/make_hf_fixtures.py tokenized into each reference's input_ids (cut to
 # the shorter one's length)
 SENTENCES = ("The dog sat on the mat by the door.", "Attention heads rotate the queries.")
@@ -51,6 +52,17 @@ def test_logits_and_every_layers_attention_equal_the_transformers_outputs(name):
                                                        hf else "n_layer"]
 
 
+def test_llama3_bands_are_what_makes_its_logits_right():
+    """Without Llama 3.1's bands (the plain rotation at the same base) the fixture's logits are
+    off by far more than the tolerance: the exactness test sees the schedule."""
+    config, params = load_pretrained(FIXTURES / "llama3")
+    reference = np.load(FIXTURES / "llama3" / "reference.npz")
+    plain = dataclasses.replace(config, position=dataclasses.replace(
+        config.position, rope_scaling="default", rope_scale=1.0, train_length=None))
+    logits, _ = build(plain).apply({"params": params}, reference["input_ids"])
+    assert np.abs(np.asarray(logits) - reference["logits"]).max() > 1e-2
+
+
 def test_what_each_architecture_maps_to():
     gpt2, llama, qwen2, bert = (load_pretrained(FIXTURES / n)[0]
                                 for n in ("gpt2", "llama", "qwen2", "bert_mlm"))
@@ -62,6 +74,10 @@ def test_what_each_architecture_maps_to():
     assert (llama.attention.num_heads, llama.attention.kv_heads, llama.attention.use_bias) == (
         4, 2, False)
     assert qwen2.attention.use_bias                       # q, k, v biases (o: zero)
+    llama3 = load_pretrained(FIXTURES / "llama3")[0].position
+    assert (llama3.rope_scaling, llama3.rope_base, llama3.rope_scale, llama3.train_length,
+            llama3.rope_low_freq_factor, llama3.rope_high_freq_factor) == (
+        "llama3", 100.0, 8.0, 64, 1.0, 4.0)
     assert (bert.family, bert.norm_position, bert.embed_norm, bert.mlp, bert.norm_eps,
             bert.classifier) == ("encoder", "post", True, "gelu_exact", 1e-12, "none")
     assert load_pretrained(FIXTURES / "bert")[0].classifier == "hidden"     # a BertModel
@@ -97,8 +113,9 @@ def edit_config(directory, **changes):
     ("llama", {"model_type": "falcon"}, "model_type='falcon' is not supported; supported: gpt2"),
     ("llama", {"hidden_act": "gelu"}, "hidden_act='gelu' is not supported for model_type "
                                       "'llama'; supported: 'silu'"),
-    ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
-     "rope scaling type 'llama3' is not supported for model_type 'llama'"),
+    ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 5e5, "factor": 8.0}},
+     "rope scaling type 'longrope' is not supported for model_type 'llama'; supported: "
+     "'default', 'llama3'"),
     ("mistral", {"sliding_window": 4096}, "sliding_window=4096 is not supported"),
     ("gpt2", {"activation_function": "relu"}, "activation_function='relu' is not supported"),
     ("bert_mlm", {"position_embedding_type": "relative_key"},

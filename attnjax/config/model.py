@@ -103,9 +103,14 @@ class PositionConfig(Validated):
     rope_fraction: float = number(1.0, gt=0, le=1)  # fraction of head_dim that rotates
     rope_scaling: Literal[ROPE_SCHEDULES] = "default"
     # s = L_eval / L_train, and L_train (None: max_length), of the schedules that read them
-    rope_scale: float = number(1.0, ge=1, read_when=when("rope_scaling", "linear", "ntk", "yarn"))
-    train_length: int | None = number(None, ge=1, le=LENGTH,
-                                      read_when=when("rope_scaling", "dynamic_ntk", "yarn"))
+    rope_scale: float = number(1.0, ge=1, read_when=when("rope_scaling", "linear", "ntk", "yarn",
+                                                         "llama3"))
+    train_length: int | None = number(None, ge=1, le=LENGTH, read_when=when(
+        "rope_scaling", "dynamic_ntk", "yarn", "llama3"))
+    # llama3's band edges: wavelengths below train_length / high keep their frequency, those
+    # above train_length / low are scaled (attnjax.ops.positions.rope_frequencies)
+    rope_low_freq_factor: float = number(1.0, gt=0, read_when=when("rope_scaling", "llama3"))
+    rope_high_freq_factor: float = number(4.0, gt=0, read_when=when("rope_scaling", "llama3"))
     t5_num_buckets: int = number(32, ge=2, le=INT32)
     t5_max_distance: int = number(128, ge=2, le=LENGTH)
     learned_interpolate: bool = False               # learned table stretched to longer inputs
@@ -113,6 +118,9 @@ class PositionConfig(Validated):
     added_norm: Literal[ADDED_NORMS] = "none"       # the added embedding normalised first
 
     def _validate(self):
+        if self.rope_high_freq_factor <= self.rope_low_freq_factor:
+            self._fail("rope_high_freq_factor", f"={self.rope_high_freq_factor} must exceed "
+                       f"rope_low_freq_factor={self.rope_low_freq_factor}")
         if self.kind == "t5" and self.t5_max_distance <= self.t5_num_buckets // 2:
             self._fail("t5_max_distance", f"={self.t5_max_distance} must exceed half of "
                        f"t5_num_buckets={self.t5_num_buckets} (the exact buckets)")

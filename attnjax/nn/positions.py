@@ -109,12 +109,18 @@ def _learned_similarity(config: ModelConfig, params, offset: int):
     return _layers_heads(config, cosine(table[0], table[offset]))
 
 
-def _rope_rotate(q, k, q_positions, k_positions, config: ModelConfig):
+def _rope_settings(config: ModelConfig) -> dict:
+    """``apply_rope``'s keyword arguments from ``model.position``."""
     pos = config.position
-    kwargs = dict(base=pos.rope_base, rotary_fraction=pos.rope_fraction,
-                  schedule=pos.rope_scaling, scale=pos.rope_scale,
-                  train_length=pos.train_length or config.max_length)
-    return P.apply_rope(q, q_positions, **kwargs), P.apply_rope(k, k_positions, **kwargs)
+    return dict(base=pos.rope_base, rotary_fraction=pos.rope_fraction, schedule=pos.rope_scaling,
+                scale=pos.rope_scale, train_length=pos.train_length or config.max_length,
+                low_freq_factor=pos.rope_low_freq_factor,
+                high_freq_factor=pos.rope_high_freq_factor)
+
+
+def _rope_rotate(q, k, q_positions, k_positions, config: ModelConfig):
+    settings = _rope_settings(config)
+    return P.apply_rope(q, q_positions, **settings), P.apply_rope(k, k_positions, **settings)
 
 
 def _check_rope(config: ModelConfig, lengths):
@@ -141,12 +147,10 @@ def _rope_similarity(config: ModelConfig, params, offset: int):
     """``tr(R_p) / head_dim``: the cosine between a vector rotated to position 0 and the same
     vector rotated to p, averaged over directions (an attention factor cancels in the
     ratio); the same for every head."""
-    pos, H = config.position, config.head_dim
+    H = config.head_dim
     basis = jnp.broadcast_to(jnp.eye(H, dtype=jnp.float32), (1, 2, H, H))   # heads = e_i
-    rotated = np.asarray(P.apply_rope(
-        basis, jnp.asarray([0, offset]), base=pos.rope_base, rotary_fraction=pos.rope_fraction,
-        schedule=pos.rope_scaling, scale=pos.rope_scale,
-        train_length=pos.train_length or config.max_length), np.float64)[0]
+    rotated = np.asarray(P.apply_rope(basis, jnp.asarray([0, offset]),
+                                      **_rope_settings(config)), np.float64)[0]
     # rows are R_0 e_i and R_p e_i: sum_i their dot products = tr(R_p)
     return _layers_heads(config, np.sum(rotated[0] * rotated[1]) /
                          np.sum(rotated[0] * rotated[0]))
@@ -182,7 +186,8 @@ def _t5_similarity(config: ModelConfig, params, offset: int):
     return np.stack([np.exp(t[buckets[0]] - t[buckets[1]]) for t in tables])
 
 
-ROPE_FIELDS = ("rope_base", "rope_fraction", "rope_scaling", "rope_scale", "train_length")
+ROPE_FIELDS = ("rope_base", "rope_fraction", "rope_scaling", "rope_scale", "train_length",
+               "rope_low_freq_factor", "rope_high_freq_factor")
 
 POSITIONS.register("none", PositionEncoding())
 POSITIONS.register("sinusoidal", PositionEncoding(

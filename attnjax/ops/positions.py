@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ROPE_SCHEDULES = ("default", "linear", "ntk", "dynamic_ntk", "yarn")
+ROPE_SCHEDULES = ("default", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 
 
 def _check_even_dim(dim: int, name: str = "dim") -> None:
@@ -78,7 +78,8 @@ def _yarn_ramp(d: int, base: float, train_length: int, beta_fast: float,
 def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, schedule: str = "default",
                      scale: float = 1.0, train_length: int | None = None,
                      seq_len: int | jax.Array | None = None, beta_fast: float = 32.0,
-                     beta_slow: float = 1.0) -> tuple[jax.Array, jax.Array]:
+                     beta_slow: float = 1.0, low_freq_factor: float = 1.0,
+                     high_freq_factor: float = 4.0) -> tuple[jax.Array, jax.Array]:
     """RoPE inverse frequencies under a length-scaling schedule.
 
     With d = rotary_dim and theta_i = base^(-2i/d), i = 0..d/2-1:
@@ -100,6 +101,11 @@ def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, schedule: str = 
       only when train_length > 2 pi 32 ~ 201; below that the ramp starts at pair 0
       and YaRN degenerates towards PI plus the temperature term (in this discrete
       form pair 0 itself still keeps theta_0 = 1).
+    * ``llama3`` (Llama 3.1's bands): with wavelength w_i = 2 pi / theta_i, L = train_length
+      (the original context), l = low_freq_factor and h = high_freq_factor: pairs with
+      w_i < L / h keep theta_i, pairs with w_i > L / l use theta_i / scale, and those between
+      mix them by r_i = (L / w_i - l) / (h - l): (1 - r_i) theta_i / scale + r_i theta_i.
+      No attention factor.
 
     Args:
       rotary_dim: number of rotated features d (even, >= 2).
@@ -110,20 +116,25 @@ def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, schedule: str = 
       seq_len: current total length (dynamic_ntk only); may be a traced scalar.
       beta_fast: YaRN rotation count above which pairs are kept.
       beta_slow: YaRN rotation count below which pairs are interpolated.
+      low_freq_factor, high_freq_factor: llama3's band edges l < h.
 
     Returns:
       (inv_freq [d/2] float32, attention_factor scalar float32).
 
     References: Su et al. 2021 (RoFormer); Chen et al. 2023 (Position
-    Interpolation); bloc97 2023 (NTK-aware scaling); Peng et al. 2023 (YaRN).
+    Interpolation); bloc97 2023 (NTK-aware scaling); Peng et al. 2023 (YaRN); Grattafiori
+    et al. 2024, "The Llama 3 Herd of Models" (llama3).
     """
     _check_even_dim(rotary_dim, "rotary_dim")
     if schedule not in ROPE_SCHEDULES:
         raise ValueError(f"rope schedule {schedule!r} is not one of: {', '.join(ROPE_SCHEDULES)}")
     if scale < 1:
         raise ValueError(f"scale must be >= 1, got {scale}")
-    if schedule in ("dynamic_ntk", "yarn") and train_length is None:
+    if schedule in ("dynamic_ntk", "yarn", "llama3") and train_length is None:
         raise ValueError(f"rope schedule {schedule!r} requires train_length")
+    if schedule == "llama3" and not 0 < low_freq_factor < high_freq_factor:
+        raise ValueError(f"rope schedule 'llama3' needs 0 < low_freq_factor < high_freq_factor, "
+                         f"got {low_freq_factor} and {high_freq_factor}")
     if schedule in ("ntk", "dynamic_ntk") and rotary_dim < 4:
         raise ValueError(f"rope schedule {schedule!r} needs rotary_dim >= 4, got {rotary_dim}")
     d = rotary_dim
@@ -145,6 +156,12 @@ def rope_frequencies(rotary_dim: int, *, base: float = 10000.0, schedule: str = 
         gamma = _yarn_ramp(d, base, train_length, beta_fast, beta_slow)
         theta = (1.0 - gamma) * theta + gamma * theta / scale
         factor = 0.1 * math.log(scale) + 1.0 if scale > 1 else 1.0
+    elif schedule == "llama3":
+        wavelength = 2 * math.pi / theta
+        mix = (train_length / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        theta = np.where(wavelength < train_length / high_freq_factor, theta,
+                         np.where(wavelength > train_length / low_freq_factor, theta / scale,
+                                  (1.0 - mix) * theta / scale + mix * theta))
     return jnp.asarray(theta, jnp.float32), jnp.asarray(factor, jnp.float32)
 
 
@@ -161,7 +178,8 @@ def rope_rotary_dim(head_dim: int, rotary_fraction: float) -> int:
 def apply_rope(x: jax.Array, positions: jax.Array, *, base: float = 10000.0,
                rotary_fraction: float = 1.0, schedule: str = "default", scale: float = 1.0,
                train_length: int | None = None, beta_fast: float = 32.0,
-               beta_slow: float = 1.0) -> jax.Array:
+               beta_slow: float = 1.0, low_freq_factor: float = 1.0,
+               high_freq_factor: float = 4.0) -> jax.Array:
     """Rotary position embedding, HALF-SPLIT pairing (GPT-NeoX / Llama-HF ``rotate_half``).
 
     With d the rotary width and phi_j = position * inv_freq[j], j < d/2:
@@ -177,8 +195,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, *, base: float = 10000.0,
     Args:
       x: [B, T, N, H] queries or keys.
       positions: int [B, T] or [T].
-      base, schedule, scale, train_length, beta_fast, beta_slow: see
-        ``rope_frequencies``.
+      base, schedule, scale, train_length, beta_fast, beta_slow, low_freq_factor,
+        high_freq_factor: see ``rope_frequencies``.
       rotary_fraction: fraction of each head's features to rotate.
 
     Returns:
@@ -199,7 +217,9 @@ def apply_rope(x: jax.Array, positions: jax.Array, *, base: float = 10000.0,
     seq_len = jnp.max(positions) + 1 if schedule == "dynamic_ntk" else None
     inv_freq, factor = rope_frequencies(d, base=base, schedule=schedule, scale=scale,
                                         train_length=train_length, seq_len=seq_len,
-                                        beta_fast=beta_fast, beta_slow=beta_slow)
+                                        beta_fast=beta_fast, beta_slow=beta_slow,
+                                        low_freq_factor=low_freq_factor,
+                                        high_freq_factor=high_freq_factor)
     pos = positions if positions.ndim == 2 else positions[None]
     angles = pos.astype(jnp.float32)[:, :, None, None] * inv_freq  # [B|1, T, 1, d/2]
     cos, sin = jnp.cos(angles), jnp.sin(angles)

@@ -7,9 +7,9 @@ approximated.
 - ``gpt2``: pre-norm LayerNorm blocks, learned positions, GELU (tanh), biases everywhere,
   fused ``c_attn`` in Conv1D layout (``x @ W``), the output tied to the token embedding.
 - ``llama``, ``mistral``, ``qwen2``: pre-norm RMSNorm blocks, rotate-half RoPE at
-  ``rope_theta``, grouped-query attention, SwiGLU of ``intermediate_size``, no biases (Qwen2:
-  on q, k and v; ``attention_bias`` on all four in Llama), untied output unless
-  ``tie_word_embeddings``.
+  ``rope_theta`` (with Llama 3.1's frequency bands when ``rope_scaling`` says ``llama3``),
+  grouped-query attention, SwiGLU of ``intermediate_size``, no biases (Qwen2: on q, k and v;
+  ``attention_bias`` on all four in Llama), untied output unless ``tie_word_embeddings``.
 - ``bert``: post-norm LayerNorm blocks, learned absolute positions and token types, LayerNorm
   on the summed embeddings, exact GELU; ``BertForMaskedLM`` (weights under ``bert.``) with
   the masked-language head ``cls.predictions`` tied to the word embeddings, a ``BertModel``
@@ -80,16 +80,29 @@ def setting(hf: dict, key: str, supported: tuple, default=None):
     return value
 
 
-def rope_theta(hf: dict) -> float:
-    """The RoPE base, from ``rope_parameters`` (transformers 5) or the top level; scaling
-    types other than the plain rotation are refused."""
+ROPE_TYPES = ("default", "llama3")          # Hugging Face rope types attnjax computes
+
+
+def rope_position(hf: dict) -> PositionConfig:
+    """Rotate-half RoPE at the base ``rope_theta``, read from ``rope_parameters`` (transformers
+    5) or the top level with ``rope_scaling``: the plain rotation, or Llama 3.1's frequency
+    bands (``factor``, ``original_max_position_embeddings``, ``low_freq_factor``,
+    ``high_freq_factor``); other scaling types are refused."""
     parameters = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or parameters
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind != "default":
+    if kind not in ROPE_TYPES:
         raise ValueError(f"config.json: rope scaling type {kind!r} is not supported for "
-                         f"model_type {hf.get('model_type')!r}; supported: 'default'")
-    return float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+                         f"model_type {hf.get('model_type')!r}; supported: "
+                         f"{', '.join(map(repr, ROPE_TYPES))}")
+    base = float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    if kind == "default":
+        return PositionConfig("rope", rope_base=base)
+    return PositionConfig("rope", rope_base=base, rope_scaling="llama3",
+                          rope_scale=float(scaling["factor"]),
+                          train_length=int(scaling["original_max_position_embeddings"]),
+                          rope_low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+                          rope_high_freq_factor=float(scaling.get("high_freq_factor", 4.0)))
 
 
 def heads_in(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -174,7 +187,7 @@ def llama_config(hf: dict) -> ModelConfig:
         mlp="swiglu", mlp_hidden=hf["intermediate_size"], mlp_bias=hf.get("mlp_bias", False),
         norm="rms", norm_eps=hf.get("rms_norm_eps", 1e-6), embed_scale=1.0,
         tie_embeddings=hf.get("tie_word_embeddings", False),
-        position=PositionConfig("rope", rope_base=rope_theta(hf)),
+        position=rope_position(hf),
         attention=AttentionConfig(
             num_heads=heads, num_kv_heads=hf.get("num_key_value_heads") or heads,
             head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, use_bias=bool(qkv_bias),
