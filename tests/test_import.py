@@ -9,6 +9,7 @@ cannot be imported is refused before anything is written."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 
@@ -249,3 +250,15 @@ def test_attention_with_occlusion_on_a_bert_model_sets_its_cls_row_beside_the_dr
                                                    text=SENTENCE, occlusion=True),
                     "--occlusion needs a next-token model or one that outputs hidden states",
                     "this run trains 'mlm'")
+
+
+def test_eval_scores_text_under_the_tokenizer_with_its_perplexity(imported, capsys):
+    code, out, err = run_cli(capsys, "eval", str(imported["gpt2"].path), "--lengths", "16")
+    assert code == 0, err
+    header, row = out.splitlines()[-2:]
+    assert header.split() == ["length", "val", "loss", "accuracy", "perplexity"]
+    length, loss, _, perplexity = row.split()
+    assert length == "16" and abs(float(perplexity) - math.exp(float(loss))) < 1e-3 * float(
+        perplexity)
+    code, out, err = run_cli(capsys, "eval", str(imported["bert_mlm"].path), "--lengths", "16")
+    assert code == 0 and out.splitlines()[-2].split() == ["length", "val", "loss", "accuracy"]

@@ -3,6 +3,8 @@ from it."""
 
 from __future__ import annotations
 
+import math
+
 from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command, check_range
 from attnjax.config.fields import LENGTH
 
@@ -55,6 +57,7 @@ def add_train(commands) -> None:
 def _eval(args) -> int:
     from attnjax.config import apply_overrides
     from attnjax.data import Dataset
+    from attnjax.models import family
     from attnjax.rundir import RunDir
     from attnjax.train import evaluate, footprint
     from attnjax.train.strided import strided_options
@@ -78,9 +81,12 @@ def _eval(args) -> int:
         mode += (f", windows of {windows['window']} tokens every {windows['stride']}, each "
                  f"after the first scoring its last {windows['score_last']} targets")
     print(f"{args.checkpoint} checkpoint (step {step}) of {args.workdir}{mode}")
-    print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}")
+    perplexity = family(config.model).objective(config.model) == "next_token"   # per token
+    print(f"{'length':>8} {'val loss':>10} {'accuracy':>10}"
+          + (f" {'perplexity':>11}" if perplexity else ""))
     for length, r in results.items():
-        print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}")
+        print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}"
+              + (f" {math.exp(min(r['loss'], 700.0)):>11.3f}" if perplexity else ""))
     run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
                         "overrides": args.overrides, "train_mode": args.train_mode,
                         **({"strided": windows} if windows else {}),
