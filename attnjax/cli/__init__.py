@@ -1,5 +1,5 @@
 """Command line: ``attnjax train | eval | generate | import | sweep | audit | sweep-status |
-report | attention | heads | recall | compare | info | bench``. The only package that parses
+report | attention | heads | lens | recall | compare | info | bench``. The only package that parses
 argv: each module owns a group of commands, their parsers (``add_<command>``) and handlers,
 and this one assembles the top-level parser (``build_parser``) and dispatches (``main``). Bad
 input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is one line
@@ -15,7 +15,7 @@ only reason an import sits inside a function here.
 - ``pretrained``: import
 - ``sweep``: sweep, sweep-status, report
 - ``audit``: audit
-- ``analysis``: attention, heads, recall, compare
+- ``analysis``: attention, heads, lens, recall, compare
 - ``info``: info
 - ``bench``: bench
 """
@@ -45,7 +45,7 @@ KEY=VALUE overrides set dotted config fields, e.g. model.position.kind=alibi.
 # the commands in the order ``attnjax --help`` lists them
 COMMANDS = (train.add_train, train.add_eval, train.add_generate, pretrained.add_import,
             sweep.add_sweep, audit.add_audit, sweep.add_sweep_status, sweep.add_report,
-            analysis.add_attention, analysis.add_heads, analysis.add_recall,
+            analysis.add_attention, analysis.add_heads, analysis.add_lens, analysis.add_recall,
             analysis.add_compare, info.add_info, bench.add_bench)
 
 

@@ -1,4 +1,4 @@
-"""``attnjax attention | heads | recall | compare``: what a trained run's heads do
+"""``attnjax attention | heads | lens | recall | compare``: what a trained run's heads do
 (``attnjax.analysis``)."""
 
 from __future__ import annotations
@@ -136,3 +136,27 @@ def add_compare(commands) -> None:
                          help="directory to write the comparison into")
     add_checkpoint(compare)
     compare.set_defaults(run=_compare)
+
+
+def _lens(args) -> int:
+    from attnjax.analysis.lens import write_lens_report
+    print(write_lens_report(args.workdir, args.out, args.text, which=args.checkpoint))
+    print(f"wrote lens.png and lens.md to {args.out}")
+    return 0
+
+
+def add_lens(commands) -> None:
+    lens = add_command(commands, "lens", "the logit lens: every layer's residual stream read "
+                       "out as next-token predictions", "Read each layer's residual stream of a "
+                       "decoder through its final norm and output layer, as if it were the "
+                       "last, on a text probe: lens.png (layers x positions, the probability "
+                       "of the true next token, the top token in each cell) and lens.md (the "
+                       "top tokens per layer). The last layer is the model's own prediction.")
+    lens.add_argument("workdir", metavar="RUN_DIR", help="run directory written by 'attnjax "
+                      "train' or 'attnjax import' (a decoder)")
+    lens.add_argument("--text", required=True, metavar="TEXT",
+                      help="probe text (its bytes, or its ids under the run's tokenizer)")
+    lens.add_argument("--out", required=True, metavar="DIR", help="where to write the "
+                      "picture and the table")
+    add_checkpoint(lens)
+    lens.set_defaults(run=_lens)

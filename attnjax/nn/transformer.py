@@ -207,6 +207,20 @@ def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_at
     return x, tuple(weights)
 
 
+class Readout(nn.Module):
+    """A decoder's last steps on any residual stream ``x`` ``[..., d_model]``: the final norm
+    (pre-norm) and the output layer, under the decoder's own parameter names (``final_norm``,
+    ``embed``, ``unembed``), so its parameters apply: the logit lens."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        if cfg.norm_position == "pre":
+            x = make_norm(cfg, "final_norm")(x)
+        return output_logits(cfg, token_embedding(cfg), x).astype(jnp.float32)
+
+
 def output_logits(config: ModelConfig, embed: nn.Embed, x) -> jax.Array:
     """``x @ embed^T`` (``tie_embeddings``) or through an ``unembed`` of its own (no bias),
     ``[..., vocab_size]``."""
