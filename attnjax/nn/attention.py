@@ -38,7 +38,8 @@ from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
 from attnjax.ops.quantize import int8_dot_general
 from attnjax.ops.stats import masked_max_logit
-from attnjax.registry import DROPOUTS, POSITIONS, QK_NORMS, SCALES, SINKS
+from attnjax.nn.points import KERNEL_POINTS, point, touched
+from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
 
 
 class Dropout(nn.Module):
@@ -115,6 +116,8 @@ class MultiHeadAttention(nn.Module):
             kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
                                        padded=decode or source_mask is not None, cross=True)
             q, k, v, extra, visible = self._cross_streams(x, source, source_mask, decode)
+            if not decode:
+                q, k, v = self._points(q, k, v)
             bias, scores, fits = None, cross_arguments(cfg), None
         else:
             kernel, _ = kernel_request(cfg, decode=decode, return_weights=return_weights,
@@ -124,6 +127,8 @@ class MultiHeadAttention(nn.Module):
             position = POSITIONS.get(cfg.position.kind)
             if position.rotate is not None:
                 q, k = position.rotate(q, k, positions, positions, cfg)
+            if not decode:
+                q, k, v = self._points(q, k, v)
             extra, fits = self._update_cache(k, v, positions) if decode else ({}, None)
             k, v = extra.pop("key", k), extra.pop("value", v)
             if token_mask is not None:
@@ -134,14 +139,23 @@ class MultiHeadAttention(nn.Module):
         scale = SCALES.get(att.scale).scale(self, att, cfg.head_dim)
         if self.is_mutable_collection("intermediates") and not decode:
             self._sow_diagnostics(q, k, scale, return_weights, visible)
+        inside = {}
+        if not decode and touched(self, KERNEL_POINTS):      # scores and probabilities
+            if not KERNELS.get(kernel).exact:
+                raise ValueError(f"model.attention.kernel={kernel!r} computes no softmax "
+                                 f"scores or probabilities: points {', '.join(KERNEL_POINTS)} "
+                                 "cannot be captured or patched")
+            kernel, inside = "reference", {"point": functools.partial(point, self)}
         result = dot_product_attention(
             q, k, v, bias, scale=scale, **scores,
             sink=SINKS.get(att.sink).logit(self, att),
             **probability_dropout(self, att, deterministic), return_weights=return_weights,
-            implementation=kernel, **kernel_settings(att, kernel), **extra)
+            implementation=kernel, **kernel_settings(att, kernel), **inside, **extra)
         out, weights = result if return_weights else (result, None)
         if self.cross:
             out, weights = unfold_beams(out, weights, x.shape[0])
+        if not decode:
+            out = point(self, "z", out)
         if return_weights:
             self.sow("intermediates", "attn_weights", weights)
         if fits is not None:     # a step past the cache's end: never a silently wrong answer
@@ -263,6 +277,10 @@ class MultiHeadAttention(nn.Module):
         w = frozen_projection("/".join(self.scope.path), concat.shape[-1], cfg.d_model)
         dot = self._dot_general() or jax.lax.dot_general
         return dot(concat, jnp.asarray(w, concat.dtype), (((concat.ndim - 1,), (0,)), ((), ())))
+
+    def _points(self, q, k, v):
+        """The points ``q``, ``k`` and ``v`` (``attnjax.nn.points``)."""
+        return point(self, "q", q), point(self, "k", k), point(self, "v", v)
 
     def _sow_diagnostics(self, q, k, scale, with_qk: bool, visible):
         """What diagnostics read: the largest logit per head over the pairs that meet

@@ -10,6 +10,8 @@ Units" (GELU and its tanh approximation); Shazeer 2020, "GLU Variants Improve Tr
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,7 @@ import numpy as np
 
 from attnjax.config import ModelConfig
 from attnjax.nn.attention import Dropout, MultiHeadAttention
+from attnjax.nn.points import point
 from attnjax.nn.slots import make_norm
 from attnjax.registry import POSITIONS
 
@@ -120,6 +123,8 @@ class Block(nn.Module):
                  head_gates=None, token_mask=None, source=None, source_mask=None,
                  cross_gates=None):
         cfg = self.config
+        at = (lambda name, y: y) if decode else functools.partial(point, self)   # nn.points
+        x = at("resid_pre", x)
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
         sublayers = [("attention", MultiHeadAttention(cfg, name="attention"),
@@ -140,11 +145,13 @@ class Block(nn.Module):
                 x = norm(x + drop(y))
             if name == "attention":       # the self-attention sub-layer, before the add
                 self.sow("intermediates", "attn_out", y)
+        x = at("resid_mid", x)
         mlp = FeedForward(cfg, name="mlp")
         if cfg.norm_position == "pre":
             x = x + drop(mlp(make_norm(cfg, "mlp_norm")(x)))
         else:
             x = make_norm(cfg, "mlp_norm")(x + drop(mlp(x)))
+        x = at("resid_post", x)
         self.sow("intermediates", "residual", x)       # the residual stream after the block
         if self.cross_attention is not None:
             return x, (weights["attention"], weights["cross"])

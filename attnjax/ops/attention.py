@@ -165,10 +165,12 @@ def block_bias(bias: Bias, mask: MaskSpec, q_start, q_size: int, k_start,
 
 
 def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
-                 q_start: int = 0, k_start: int = 0):
+                 q_start: int = 0, k_start: int = 0, point=None):
     """``(out, probs)`` of the queries ``query`` ``[B, tq, N, H]`` at ``q_start`` over the keys
     ``key`` ``[B, tk, K, H]`` at ``k_start`` (masks, bias and dropout read absolute indices):
-    materialise the logits, masked softmax, weighted sum (einsum).
+    materialise the logits, masked softmax, weighted sum (einsum). ``point(name, value)``
+    (optional) sees, and may replace, the ``scores``, the ``masked_scores`` and the ``probs``
+    ``[B, N, tq, tk]`` (``attnjax.nn.points``).
 
     Masked logits are selected to the finite fill, so ``exp(s - m)`` is exactly 0 for them in
     every row that sees a key; a row that sees none (its max is the fill) is zeroed at the
@@ -180,9 +182,12 @@ def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, 
     b = block_bias(bias, mask, q_start, T, k_start, S)
     if b is not None:
         s = s + b
+    point = point or (lambda name, x: x)
+    s = point("scores", s)
     visible = mask.block(q_start, T, k_start, S)
     if visible is not None:
         s = jnp.where(visible, s, mask_value(s.dtype))
+    s = point("masked_scores", s)
     m = s.max(axis=-1, keepdims=True)
     if sink is not None:
         m = jnp.maximum(m, sink[:, None, None])
@@ -191,7 +196,7 @@ def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, 
     denom = p.sum(axis=-1, keepdims=True)
     if sink is not None:
         denom = denom + jnp.exp(sink[:, None, None] - m)
-    probs = p / denom
+    probs = point("probs", p / denom)
     dropped = probs
     if dropout is not None:
         keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None],
@@ -207,7 +212,8 @@ def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, 
 
 
 def _reference(query, key, value, *, return_weights, **options):
-    """Reference kernel: ``attend_block`` over the whole sequence."""
+    """Reference kernel: ``attend_block`` over the whole sequence (``point``, a kernel option
+    of its own, as there)."""
     out, probs = attend_block(query, key, value, **options)
     return (out, probs) if return_weights else out
 
@@ -295,7 +301,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
       implementation: a registered kernel: ``reference``, ``chunked``, ``triangular``,
         ``xla``, ``cudnn``, ``linear`` (see ``attnjax.registry.KERNELS``).
       **kernel_options: passed to the kernel (e.g. ``block_q``, ``block_k`` for ``chunked``,
-        ``block_q`` for ``triangular``).
+        ``block_q`` for ``triangular``, ``point`` for ``reference``: see ``attend_block``).
 
     Returns:
       ``[B, Tq, N, D]`` in the query's dtype (and the weights if asked).
