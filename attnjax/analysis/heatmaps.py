@@ -132,15 +132,20 @@ def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
 
 
 def plot_head_matrix(values, path, title: str, *, diverging: bool = False,
-                     label: str = "", fmt: str = "{:.3f}"):
+                     label: str = "", fmt: str = "{:.3f}", rows=None, columns=None,
+                     axes=("head", "layer"), cell_width: float = 1.0):
     """A ``[layers, heads]`` matrix as an annotated heatmap: a sequential colour map, or with
-    ``diverging`` a red-blue one centred at 0 (red = positive)."""
+    ``diverging`` a red-blue one centred at 0 (red = positive); ``rows`` / ``columns`` and
+    ``axes`` (x, y) label another matrix's axes (default ``L{l}``, ``H{h}``), ``cell_width``
+    inches each column (narrow ones get smaller numbers)."""
     values = np.asarray(values, np.float64)
     if values.ndim != 2:
         raise ValueError(f"values must be [layers, heads], got shape {values.shape}")
     L, N = values.shape
+    rows = rows or [f"L{layer}" for layer in range(L)]
+    columns = columns or [f"H{h}" for h in range(N)]
     finite = values[np.isfinite(values)]
-    fig, ax = subplots(figsize=(1.0 * N + 2.2, 0.7 * L + 1.6))
+    fig, ax = subplots(figsize=(cell_width * N + 2.2, 0.7 * L + 1.6))
     if diverging:
         span = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-12)
         norm, cmap = TwoSlopeNorm(0.0, -span, span), "RdBu_r"
@@ -152,12 +157,12 @@ def plot_head_matrix(values, path, title: str, *, diverging: bool = False,
             value = values[layer, head]
             shade = image.cmap(image.norm(value)) if np.isfinite(value) else (1, 1, 1, 1)
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
-            ax.text(head, layer, fmt.format(value), ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")
-    ax.set_xticks(range(N), [f"H{h}" for h in range(N)])
-    ax.set_yticks(range(L), [f"L{layer}" for layer in range(L)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+            ax.text(head, layer, fmt.format(value), ha="center", va="center",
+                    fontsize=8 if cell_width >= 0.6 else 5, color="white" if dark else "black")
+    ax.set_xticks(range(N), columns, rotation=60 if max(map(len, columns)) > 3 else 0)
+    ax.set_yticks(range(L), rows)
+    ax.set_xlabel(axes[0])
+    ax.set_ylabel(axes[1])
     ax.set_title(textwrap.fill(title, max(30, int(11 * fig.get_figwidth()))), fontsize=10)
     fig.colorbar(image, ax=ax, label=label)
     fig.tight_layout()

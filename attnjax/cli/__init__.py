@@ -1,9 +1,9 @@
 """Command line: ``attnjax train | eval | generate | import | sweep | audit | sweep-status |
-report | attention | heads | lens | recall | compare | info | bench``. The only package that parses
-argv: each module owns a group of commands, their parsers (``add_<command>``) and handlers,
-and this one assembles the top-level parser (``build_parser``) and dispatches (``main``). Bad
-input (a misspelled override, a wrong type, a missing file, an unwritable workdir) is one line
-on stderr and exit status 2, raised before anything compiles.
+report | attention | heads | lens | patch | recall | compare | info | bench``. The only package
+that parses argv: each module owns a group of commands, their parsers (``add_<command>``) and
+handlers, and this one assembles the top-level parser (``build_parser``) and dispatches
+(``main``). Bad input (a misspelled override, a wrong type, a missing file, an unwritable
+workdir) is one line on stderr and exit status 2, raised before anything compiles.
 
 Handlers import what they run (training, analysis, benchmarks) inside their bodies, so that
 building the parser for ``attnjax --help`` or a bad argument imports none of it
@@ -15,7 +15,7 @@ only reason an import sits inside a function here.
 - ``pretrained``: import
 - ``sweep``: sweep, sweep-status, report
 - ``audit``: audit
-- ``analysis``: attention, heads, lens, recall, compare
+- ``analysis``: attention, heads, lens, patch, recall, compare
 - ``info``: info
 - ``bench``: bench
 """
@@ -45,7 +45,8 @@ KEY=VALUE overrides set dotted config fields, e.g. model.position.kind=alibi.
 # the commands in the order ``attnjax --help`` lists them
 COMMANDS = (train.add_train, train.add_eval, train.add_generate, pretrained.add_import,
             sweep.add_sweep, audit.add_audit, sweep.add_sweep_status, sweep.add_report,
-            analysis.add_attention, analysis.add_heads, analysis.add_lens, analysis.add_recall,
+            analysis.add_attention, analysis.add_heads, analysis.add_lens, analysis.add_patch,
+            analysis.add_recall,
             analysis.add_compare, info.add_info, bench.add_bench)
 
 

@@ -1,4 +1,4 @@
-"""``attnjax attention | heads | lens | recall | compare``: what a trained run's heads do
+"""``attnjax attention | heads | lens | patch | recall | compare``: what a trained run's heads do
 (``attnjax.analysis``)."""
 
 from __future__ import annotations
@@ -160,3 +160,37 @@ def add_lens(commands) -> None:
                       "picture and the table")
     add_checkpoint(lens)
     lens.set_defaults(run=_lens)
+
+
+def _patch(args) -> int:
+    from attnjax.analysis.circuits import write_patch_report
+    print(write_patch_report(args.workdir, args.out, clean=args.clean, corrupt=args.corrupt,
+                             metric=args.metric, examples=args.examples,
+                             which=args.checkpoint))
+    print(f"wrote heads.png, positions.png, path.png and patching.md to {args.out}")
+    return 0
+
+
+def add_patch(commands) -> None:
+    patching = add_command(
+        commands, "patch", "activation and path patching: which heads and paths carry a "
+        "behaviour from a clean input to a corrupted one", "Patch each head's output, the "
+        "residual stream at each position, and each sender head's path to a later head's "
+        "queries, keys or values from a clean run into a corrupted one, all in batched "
+        "passes, and report the share of the metric each restores: heads.png, positions.png, "
+        "path.png, patching.md. Pairs: --clean/--corrupt texts of as many tokens with "
+        "--metric logit_diff:A,B at the last position, or an induction run's own examples "
+        "with the first occurrence of the block changed.")
+    patching.add_argument("workdir", metavar="RUN_DIR", help="run directory of a decoder")
+    patching.add_argument("--out", required=True, metavar="DIR",
+                          help="where to write the pictures and the table")
+    patching.add_argument("--clean", default=None, metavar="TEXT", help="the clean text")
+    patching.add_argument("--corrupt", default=None, metavar="TEXT",
+                          help="the corrupted text (as many tokens as --clean)")
+    patching.add_argument("--metric", default=None, metavar="logit_diff:A,B",
+                          help="the logit of token A minus B at the last position")
+    patching.add_argument("--examples", type=int, default=16, metavar="N",
+                          help="induction runs: how many validation examples (default: "
+                          "%(default)s)")
+    add_checkpoint(patching)
+    patching.set_defaults(run=_patch)

@@ -1,0 +1,105 @@
+"""Patching experiments (``attnjax.analysis.circuits``) on a small random decoder: each share
+equals the same intervention run alone and scored by hand; the clean input of the first block
+at the corrupted position restores everything and elsewhere nothing; a path patch equals its
+two steps run one at a time; an induction run's corrupted pairs differ in the first block
+only; and ``attnjax patch`` writes its pictures and table."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax.analysis.circuits import (head_patching, induction_pairs, path_patching,
+                                       position_patching, target_logprob, text_pairs)
+from attnjax.analysis.patching import heads_where, patch, run
+from attnjax.checkpoint import Checkpoints
+from attnjax.config import to_dict
+from attnjax.rundir import RunDir
+from attnjax.train.state import init_params
+from helpers import TINY_INDUCTION, TINY_TEXT, raises_one_line, run_cli, tiny_config
+
+CONFIG = tiny_config(TINY_INDUCTION, **{"model.num_layers": 2})
+HEADS = CONFIG.model.attention.num_heads
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    params = init_params(CONFIG)
+    clean, corrupt = induction_pairs(CONFIG, 4)
+    return params, clean, corrupt, target_logprob(clean)
+
+
+def share(metric, clean, corrupt, patched) -> float:
+    return float((metric(patched) - metric(corrupt)) / (metric(clean) - metric(corrupt)))
+
+
+def test_corrupted_induction_pairs_differ_in_the_first_block_only(pairs):
+    _, clean, corrupt, _ = pairs
+    block = CONFIG.data.length // 4
+    assert (clean["inputs"][:, :block] != corrupt["inputs"][:, :block]).all()
+    np.testing.assert_array_equal(clean["inputs"][:, block:], corrupt["inputs"][:, block:])
+    assert (corrupt["inputs"] > 0).all()
+
+
+def test_each_head_share_is_that_patch_alone_scored_by_hand(pairs):
+    params, clean, corrupt, metric = pairs
+    shares = head_patching(CONFIG, params, clean, corrupt, metric)
+    clean_logits, got = run(CONFIG, params, clean, capture=["block_1.attention.z"])
+    corrupt_logits, _ = run(CONFIG, params, corrupt)
+    name = "block_1.attention.z"
+    alone, _ = run(CONFIG, params, corrupt, patches={
+        name: patch(got[name], where=heads_where(name, [1], HEADS))})
+    np.testing.assert_allclose(shares[1, 1], share(metric, clean_logits, corrupt_logits, alone),
+                               atol=1e-4)
+
+
+def test_the_first_blocks_clean_input_restores_all_at_the_corrupted_position_only(pairs):
+    params, clean, _, metric = pairs
+    corrupt = {**clean, "inputs": clean["inputs"].copy()}
+    corrupt["inputs"][:, 2] = 1 + clean["inputs"][:, 2] % (CONFIG.data.vocab_size - 1)
+    shares = position_patching(CONFIG, params, clean, corrupt, metric)
+    # a share divides by the metric's change: float32 agreement of the metric (1e-6) over it
+    change = abs(float(metric(run(CONFIG, params, clean)[0]) -
+                       metric(run(CONFIG, params, corrupt)[0])))
+    np.testing.assert_allclose(shares[0, 2], 1.0, atol=1e-6 / change)
+    np.testing.assert_allclose(np.delete(shares[0], 2), 0.0, atol=1e-6 / change)
+
+
+def test_a_path_share_is_its_two_steps_run_one_at_a_time(pairs):
+    params, clean, corrupt, metric = pairs
+    shares, senders, receivers = path_patching(CONFIG, params, clean, corrupt, metric)
+    assert senders == [(0, h) for h in range(HEADS)] and receivers == [(1, h)
+                                                                       for h in range(HEADS)]
+    z = ["block_0.attention.z", "block_1.attention.z"]
+    clean_logits, clean_z = run(CONFIG, params, clean, capture=z)
+    corrupt_logits, corrupt_z = run(CONFIG, params, corrupt, capture=z)
+    sender = heads_where(z[0], [1], HEADS)
+    _, reached = run(CONFIG, params, corrupt, capture=["block_1.attention.k"], patches={
+        z[0]: patch(jnp.where(sender, clean_z[z[0]], corrupt_z[z[0]])),
+        z[1]: patch(corrupt_z[z[1]])})
+    final, _ = run(CONFIG, params, corrupt, patches={"block_1.attention.k": patch(
+        reached["block_1.attention.k"], where=heads_where("block_1.attention.k", [0], HEADS))})
+    np.testing.assert_allclose(shares[1, 0, 1], share(metric, clean_logits, corrupt_logits,
+                                                      final), atol=1e-4)
+
+
+def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_path, capsys):
+    params, *_ = pairs
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.prepare(CONFIG)
+    checkpoints = Checkpoints(run_dir.checkpoint_dir)
+    checkpoints.save_params(0, params, to_dict(CONFIG))
+    checkpoints.close()
+    code, out, err = run_cli(capsys, "patch", str(run_dir.path), "--out", str(tmp_path / "p"),
+                             "--examples", "4")
+    assert code == 0, err
+    assert "| L1.H1 |" in out and "Largest paths" in out
+    for picture in ("heads.png", "positions.png", "path.png"):
+        assert (tmp_path / "p" / picture).stat().st_size > 5_000
+    text = tiny_config(TINY_TEXT)
+    raises_one_line(lambda: text_pairs(text, "abcd", "abc", "logit_diff:e,f"),
+                    "--clean and --corrupt must have as many tokens, got 4 and 3")
+    raises_one_line(lambda: text_pairs(text, "abcd", "abce", "logit_diff:ee,f"),
+                    "--metric token 'ee' is 2 tokens of this run's text, not one")
+    raises_one_line(lambda: induction_pairs(text, 4), "give --clean TEXT --corrupt TEXT")
