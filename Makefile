@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/attnjax bench eval experiments/baseline.py --out benchmarks/results/eval.json
 	$(BIN)/attnjax bench eval experiments/baseline.py model.d_model=256 model.max_length=256 \
 		data.length=256 --out benchmarks/results/eval-d256-T256.json
+	$(BIN)/attnjax bench patch experiments/baseline.py --out benchmarks/results/patch.json
 	$(BIN)/attnjax bench startup --out benchmarks/results/startup.json
 	$(BIN)/attnjax bench report --out docs/PERFORMANCE.md
 

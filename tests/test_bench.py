@@ -15,6 +15,7 @@ from attnjax.bench.attention import run_attention_benchmark
 from attnjax.bench.flops import model_flops_per_token, run_flops
 from attnjax.bench.generate import run_generate_benchmark
 from attnjax.bench.memory import train_step_memory
+from attnjax.bench.patch import run_patch_benchmark
 from attnjax.bench.startup import run_startup_benchmark
 from attnjax.bench.translate import run_translation_benchmark
 from attnjax.config import apply_overrides
@@ -117,6 +118,19 @@ def test_eval_pass_benchmark_times_the_evaluation_program_at_each_size(tmp_path,
                for r in rows)
     assert [r["rows"] for r in rows if r["chosen"]] == [loop.eval_chunk_rows(64, length)] == [64]
     assert max(r["vs_fastest"] for r in rows) == 1.0 and "tokens/pass" in printed
+
+
+def test_patch_benchmark_times_captures_and_batched_against_looped_patches(tmp_path):
+    config = tiny_config(TINY_INDUCTION, **{"model.num_layers": 2})
+    result = run_patch_benchmark(config, worlds=4, examples=(1, 2), repeats=1,
+                                 out=str(tmp_path / "patch.json"))
+    rows = json.loads((tmp_path / "patch.json").read_text())["rows"]
+    assert [(r["capture"], r["points"]) for r in rows] == [("none", 0), ("z", 2),
+                                                           ("every point", 20)]
+    assert rows[0]["vs_none"] == 1.0 and rows[2]["output_bytes"] > rows[0]["output_bytes"]
+    assert [(p["worlds"], p["examples"]) for p in result["patching"]] == [(4, 1), (4, 2)]
+    assert all(p["speedup"] == p["looped_seconds"] / p["batched_seconds"] > 0
+               for p in result["patching"])
 
 
 # ---------------------------------------------------------------- generation timing

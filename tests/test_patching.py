@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from attnjax.analysis.capture import attention_weights
-from attnjax.analysis.patching import (_compiled, heads_where, match_points, patch,
-                                       point_names, run, run_worlds, stack)
+from attnjax.analysis.patching import (heads_where, lower, match_points, patch, point_names,
+                                       run, run_worlds, stack)
 from attnjax.data import Dataset
 from attnjax.models import build, family
 from attnjax.models.probe import capture_streams, stream_weights
@@ -78,9 +78,8 @@ def test_with_nothing_selected_the_program_is_the_ordinary_one(decoder):
     model = build(config.model)
     inputs = jnp.asarray(batch["inputs"])
     plain = jax.jit(lambda p, t: model.apply({"params": p}, t)[0]).lower(params, inputs)
-    ours = _compiled(config.model, (), ()).lower(params, inputs, (), {})
-    captured = _compiled(config.model, ("block_0.attention.z",), ()).lower(params, inputs,
-                                                                            (), {})
+    ours = lower(config, params, batch)
+    captured = lower(config, params, batch, capture=["block_0.attention.z"])
     text = lambda lowered: re.sub(r'jit_\w+|jax.result_info = "[^"]*"', "", lowered.as_text())
     assert text(ours) == text(plain)
     assert text(captured) != text(plain)            # the comparison sees a capture

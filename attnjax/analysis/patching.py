@@ -149,6 +149,14 @@ def run(config: Config, params, batch: dict, *, capture=(), patches=None):
         params, jnp.asarray(batch["inputs"]), tuple(arguments.values()), patches)
 
 
+def lower(config: Config, params, batch: dict, *, capture=(), patches=None):
+    """The lowered program of ``run`` (``.as_text()``, ``.compile().memory_analysis()``)."""
+    arguments = _arguments(config, batch)
+    return _compiled(config.model, tuple(capture), tuple(arguments)).lower(
+        params, jnp.asarray(batch["inputs"]), tuple(arguments.values()),
+        _tree(patches) if patches else {})
+
+
 def stack(patch_list: list[dict]) -> dict:
     """``[{name: patch}]`` of W interventions on the same points as one ``{name: patch}``
     whose arrays have a leading worlds axis of W (each broadcast to their common shape)."""

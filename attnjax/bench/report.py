@@ -82,6 +82,15 @@ SECTIONS = {
              [("tokens per pass", "tokens_per_pass"), ("rows", "rows"),
               ("tokens/s", "tokens_per_s"), ("vs fastest", "vs_fastest"),
               ("chosen", "chosen")]),
+    "patch": ("Capture and patching", "Forward seconds and compiled bytes with no point, "
+              "every head output or every point captured (`attnjax bench patch` on "
+              "experiments/baseline.py); 64 zero-ablations as one batched pass against a loop "
+              "of 64 passes, for 1 and 4 examples, in `benchmarks/results/patch.json`.",
+              [("capture", "capture"), ("points", "points"), ("seconds", "seconds"),
+               ("vs none", "vs_none"), ("temp bytes", "temp_bytes"),
+               ("output bytes", "output_bytes"), ("worlds", "worlds"),
+               ("examples", "examples"), ("batched s", "batched_seconds"),
+               ("looped s", "looped_seconds"), ("looped / batched", "speedup")]),
     "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
                  "prefix, and of a whole compiled generation against a Python loop.", None),
     "translate": ("Encoder-decoder decoding", "Seconds per decoding step with the static "
@@ -98,6 +107,8 @@ def _rows(name: str, result: dict) -> list[dict]:
     if name == "attention":
         rows = [{**r, "forward_ms": r["forward_s"] * 1e3, "grad_ms": r["grad_s"] * 1e3}
                 for r in rows]
+    if name == "patch":
+        rows = [*rows, *result["patching"]]
     if name == "startup":
         rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
                  "new_cache_entries": r["new_cache_entries"]} for r in rows]

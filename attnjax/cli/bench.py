@@ -67,13 +67,19 @@ def _startup(args) -> None:
                           out=args.out)
 
 
+def _patch(args) -> None:
+    from attnjax.bench.patch import run_patch_benchmark
+    run_patch_benchmark(_bench_config(args.overrides), out=args.out)
+
+
 def _report(args) -> None:
     from attnjax.bench.report import performance_markdown
     performance_markdown(out=Path(args.out or "docs/PERFORMANCE.md"))
 
 
 BENCHMARKS = {"attention": _attention, "train": _train, "sweep": _sweep, "memory": _memory,
-              "generate": _generate, "eval": _eval, "startup": _startup, "report": _report}
+              "generate": _generate, "eval": _eval, "startup": _startup, "patch": _patch,
+              "report": _report}
 
 
 def _takes_config(args) -> bool:
@@ -81,7 +87,7 @@ def _takes_config(args) -> bool:
     startup a config, sweep one EXPERIMENT.py; report accepts and ignores them."""
     if args.what == "sweep":
         return len(args.overrides) <= 1 and all(o.endswith(".py") for o in args.overrides)
-    return args.what in ("memory", "generate", "eval", "startup", "report")
+    return args.what in ("memory", "generate", "eval", "startup", "patch", "report")
 
 
 def _bench(args) -> int:
@@ -103,8 +109,9 @@ def add_bench(commands) -> None:
                         "cache fills, full forwards without a cache, and whole generations), "
                         "eval (forward tokens/s of an evaluation against tokens per pass), "
                         "startup (the phases of one run trained twice in new processes sharing "
-                        "a compilation cache) or report (docs/PERFORMANCE.md from "
-                        "benchmarks/results/*.json).")
+                        "a compilation cache), patch (capturing named points against nothing, "
+                        "and 64 interventions batched against a loop) or report "
+                        "(docs/PERFORMANCE.md from benchmarks/results/*.json).")
     bench.add_argument("what", choices=list(BENCHMARKS), metavar="WHAT",
                        help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
