@@ -74,13 +74,15 @@ def plot_logit_lens(result: dict, inputs: list[str], top: list[list[str]], path,
     text the top token (``top[layer][i]``); ``inputs``: the input tokens' labels."""
     target = result["target_prob"]
     L, T = target.shape
-    fig, ax = subplots(figsize=(max(6.0, 0.62 * T + 2.5), 0.55 * L + 2.2))
+    cell = min(0.62, 22.0 / T)                       # inches per position: at most 22 in all
+    fontsize = 7 if cell >= 0.45 else 5
+    fig, ax = subplots(figsize=(max(6.0, cell * T + 2.5), 0.55 * L + 2.2))
     image = ax.imshow(target, origin="lower", cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     for (layer, i), value in np.ndenumerate(target):
-        ax.text(i, layer, top[layer][i], ha="center", va="center", fontsize=7,
+        ax.text(i, layer, top[layer][i], ha="center", va="center", fontsize=fontsize,
                 color="k" if value > 0.6 else "w")
     ax.set_xticks(range(T), [f"{inputs[i]}\u2192{inputs[i + 1]}" for i in range(T)],
-                  rotation=70, fontsize=7)
+                  rotation=70, fontsize=fontsize)
     ax.set_yticks(range(L), [f"L{layer}" for layer in range(L)])
     ax.set_xlabel("position: input \u2192 true next token")
     ax.set_ylabel("residual stream after layer")
