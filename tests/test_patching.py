@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from attnjax.analysis.capture import attention_weights
-from attnjax.analysis.patching import (heads_where, lower, match_points, patch, point_names,
-                                       run, run_worlds, stack)
+from attnjax.analysis.patching import (ablation, heads_where, lower, match_points, patch,
+                                       point_names, run, run_worlds, stack)
 from attnjax.data import Dataset
 from attnjax.models import build, family
 from attnjax.models.probe import capture_streams, stream_weights
@@ -164,3 +164,19 @@ def test_an_encoder_decoders_cross_attention_points_are_its_cross_weights():
                                rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["encoder.block_0.attention.probs"], weights["encoder"][0],
                                rtol=0, atol=1e-6)
+
+
+def test_mean_and_resample_ablations_put_the_batch_mean_and_another_examples_value(decoder):
+    config, params, batch = decoder
+    name = "block_0.attention.z"
+    _, got = run(config, params, batch, capture=[name])
+    where = heads_where(name, [0], HEADS)
+    for kind, expected in (("mean", np.broadcast_to(got[name].mean(0), got[name].shape)),
+                           ("resample", got[name][::-1])):       # two examples: swapped
+        _, ablated = run(config, params, batch, capture=[name],
+                         patches={name: ablation(kind, got[name], where)})
+        np.testing.assert_allclose(ablated[name][:, :, 0], expected[:, :, 0], rtol=0,
+                                   atol=1e-6)
+        np.testing.assert_array_equal(ablated[name][:, :, 1:], got[name][:, :, 1:])
+    raises_one_line(lambda: ablation("median", got[name]), "ablation 'median' is not one of: "
+                    "zero, mean, resample")

@@ -10,8 +10,9 @@ functions over a model's ``apply``, for every family.
 - ``run_worlds``: the same over a leading "worlds" axis of the patches' arrays (``stack``):
   W interventions in one batched program instead of a loop of W passes.
 - ``patch``: ``where(where, value, x) + add`` at a point: activation patching (``value`` from
-  another run, ``where`` selecting heads / positions), zero / mean / resample ablation (a
-  value of zeros, of a mean, of another example's capture) and steering (``add``).
+  another run, ``where`` selecting heads / positions), zero / mean / resample ablation
+  (``ablation``: a value of zeros, of a mean, of another example's capture) and steering
+  (``add``).
   ``heads_where`` and ``positions_where`` build ``where`` for a point's axes.
 
 References: Meng et al. 2022, "Locating and Editing Factual Associations in GPT" (activation
@@ -89,6 +90,27 @@ def patch(value=0.0, *, where=True, add=0.0) -> dict:
     the defaults leave it alone but for the zeros ``value`` puts where ``where`` holds)."""
     return {"where": jnp.asarray(where, bool), "value": jnp.asarray(value, jnp.float32),
             "add": jnp.asarray(add, jnp.float32)}
+
+
+ABLATIONS = ("zero", "mean", "resample")
+
+
+def ablation(kind: str, captured, where=True, seed: int = 0) -> dict:
+    """A patch ablating a point where ``where`` holds, from its ``captured`` value ``[B, ...]``
+    on a reference batch: ``zero``; ``mean``, its mean over the batch's examples; ``resample``,
+    another example's value (each example's a random other one's, from ``seed``)."""
+    captured = jnp.asarray(captured)
+    if kind == "zero":
+        return patch(0.0, where=where)
+    if kind == "mean":
+        return patch(captured.mean(0, keepdims=True), where=where)
+    if kind == "resample":
+        B = captured.shape[0]
+        if B < 2:
+            raise ValueError("resample ablation needs a reference batch of >= 2 examples")
+        shift = np.random.default_rng(seed).integers(1, B, size=B)   # never the example itself
+        return patch(captured[(np.arange(B) + shift) % B], where=where)
+    raise ValueError(f"ablation {kind!r} is not one of: {', '.join(ABLATIONS)}")
 
 
 def _axis_where(shape_rank: int, axis: int, size: int, chosen) -> np.ndarray:
