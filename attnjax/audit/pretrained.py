@@ -53,12 +53,14 @@ def absent() -> dict | None:
     return {"absent": f"all-MiniLM-L6-v2 is not installed at {minilm_directory()}: {INSTALL}"}
 
 
-def load_minilm() -> tuple[Config, dict, TextTokenizer]:
-    """``(config, params, tokenizer)`` of P-MiniLM."""
+def load_minilm(count: int) -> tuple[Config, dict, TextTokenizer, list[np.ndarray]]:
+    """``(config, params, tokenizer, sentences)`` of P-MiniLM: ``count`` sentences
+    (``documentation_sentences``)."""
     directory = minilm_directory()
     model, params = load_pretrained(directory)
-    tokenizer = directory / "tokenizer.json"
-    return imported_config(model, str(tokenizer)), params, TextTokenizer(tokenizer)
+    tokenizer = TextTokenizer(directory / "tokenizer.json")
+    config = imported_config(model, str(tokenizer.path))
+    return config, params, tokenizer, documentation_sentences(tokenizer, count)
 
 
 def sentence_attention(config: Config, params, sentences) -> list[np.ndarray]:
