@@ -6,6 +6,8 @@ the tiny configs) are in ``helpers.py``.
   for every process a test starts. Under ``pytest -n 2`` both workers share the directory
   (JAX writes each entry once, under its key; a half-written one that the other worker reads
   is reported as a warning and compiled instead, never used).
+- ``release_compiled_programs`` (module, automatic): each file's compiled programs are
+  dropped after it (see there).
 - ``assert_png``: see ``check_png``.
 
 The session compiles at XLA's CPU optimisation level 0 (set below, before JAX starts).
@@ -44,6 +46,16 @@ def compile_cache():
         jax.config.update("jax_compilation_cache_dir", str(COMPILE_CACHE))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         yield COMPILE_CACHE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """After each test file, ``jax.clear_caches()``: XLA maps every CPU executable it keeps into
+    the process's memory, and a worker holding a whole suite's programs passes the kernel's
+    ``vm.max_map_count`` (65530 mappings), where compiling segfaults. A program another file
+    needs again comes back from the persistent compilation cache."""
+    yield
+    jax.clear_caches()
 
 
 def check_png(path, size=None, min_side=300):
