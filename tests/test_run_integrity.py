@@ -4,6 +4,7 @@ checked against its checkpoints as against config.json."""
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import os
@@ -12,7 +13,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import types
 from pathlib import Path
 
 import orbax.checkpoint as ocp
@@ -25,6 +28,7 @@ from attnjax.rundir import RunDir
 from attnjax.sweep.launch import launch_runs
 from attnjax.sweep.spec import expand
 from attnjax.train import train
+from attnjax.train.logging import _quiet_full_disk
 from helpers import TINY_INDUCTION, deterministic, run_cli, subprocess_env, tiny_config
 
 # long enough to be alive while a second writer tries and readers read; stopped by SIGTERM
@@ -451,3 +455,17 @@ def test_an_experiment_whose_get_config_is_not_a_config_is_one_line(tmp_path, ca
         assert code == 2 and err.count("\n") == 1, err
         assert "must return an attnjax.config.Config, got dict" in err, err
         assert not (tmp_path / command).exists()
+
+
+def test_tensorboards_full_disk_in_its_writer_thread_is_left_to_the_checkpoints_one_line():
+    """TensorBoard writes from a thread of its own; its "no space left on device" would print a
+    traceback beside the checkpoint's one line, so the run's hook drops that error alone."""
+    seen = []
+    hook = _quiet_full_disk(lambda args: seen.append(type(args.exc_value).__name__))
+    writer = type("_EventLoggerThread", (threading.Thread,),
+                  {"__module__": "tensorboardX.event_file_writer"})()
+    for error, thread in ((OSError(errno.ENOSPC, "full"), writer),
+                          (OSError(errno.ENOSPC, "full"), threading.Thread()),
+                          (OSError(errno.EACCES, "denied"), writer)):
+        hook(types.SimpleNamespace(exc_value=error, thread=thread))
+    assert seen == ["OSError", "PermissionError"]   # another thread's, another error: printed

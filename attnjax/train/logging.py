@@ -9,14 +9,27 @@ a kill is dropped, and said so), so a resumed run's file equals an uninterrupted
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import sys
+import threading
 import time
 
 from tqdm import tqdm
 
 from attnjax.rundir import RunDir
+
+
+def _quiet_full_disk(hook):
+    """``threading.excepthook`` that drops the "no space left on device" of TensorBoard's writer
+    thread, which would print a traceback, and passes everything else to ``hook``: a full disk
+    is reported in one line where the run writes what it resumes from (its checkpoints)."""
+    def quiet(args):
+        full = isinstance(args.exc_value, OSError) and args.exc_value.errno == errno.ENOSPC
+        if not (full and type(args.thread).__module__.startswith("tensorboardX")):
+            hook(args)
+    return quiet
 
 
 class MetricsWriter:
@@ -34,6 +47,8 @@ class MetricsWriter:
         logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)  # NaN: metrics.jsonl has it
         self.tensorboard = SummaryWriter(str(run_dir.tensorboard_dir),
                                          purge_step=resume_step + 1)
+        self._excepthook = threading.excepthook
+        threading.excepthook = _quiet_full_disk(self._excepthook)
 
     def write(self, step: int, record: dict):
         if not self.enabled:
@@ -47,7 +62,10 @@ class MetricsWriter:
 
     def close(self):
         if self.enabled:
-            self.tensorboard.close()
+            try:
+                self.tensorboard.close()
+            finally:
+                threading.excepthook = self._excepthook
 
 
 def _plain(value):
