@@ -1,18 +1,21 @@
 """Patching experiments (``attnjax.analysis.circuits``) on a small random decoder: each share
-equals the same intervention run alone and scored by hand; the clean input of the first block
+equals the same intervention run alone and scored by hand, both ways (denoising and noising)
+and one position at a time; in the last layer a head's shares at each position add up to
+its share at all of them; the clean input of the first block
 at the corrupted position restores everything and elsewhere nothing; a path patch equals its
 two steps run one at a time; an induction run's corrupted pairs differ in the first block
 only; and ``attnjax patch`` writes its pictures and table."""
 
 from __future__ import annotations
 
+import chex
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from attnjax.analysis.circuits import (head_patching, induction_pairs, path_patching,
                                        position_patching, target_logprob, text_pairs)
-from attnjax.analysis.patching import heads_where, patch, run
+from attnjax.analysis.patching import heads_where, patch, positions_where, run
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import to_dict
 from attnjax.rundir import RunDir
@@ -60,6 +63,40 @@ def test_each_head_share_is_that_patch_alone_scored_by_hand(pairs):
                                rtol=0, atol=tolerance(metric, clean_logits, corrupt_logits))
 
 
+def test_noising_shares_are_the_clean_metric_lost_by_hand(pairs):
+    params, clean, corrupt, metric = pairs
+    lost = head_patching(CONFIG, params, corrupt, clean, metric)
+    clean_logits, _ = run(CONFIG, params, clean)
+    corrupt_logits, got = run(CONFIG, params, corrupt, capture=["block_0.attention.z"])
+    name = "block_0.attention.z"
+    alone, _ = run(CONFIG, params, clean, patches={
+        name: patch(got[name], where=heads_where(name, [0], HEADS))})
+    by_hand = float((metric(clean_logits) - metric(alone))
+                    / (metric(clean_logits) - metric(corrupt_logits)))
+    np.testing.assert_allclose(lost[0, 0], by_hand, rtol=0,
+                               atol=tolerance(metric, clean_logits, corrupt_logits))
+
+
+def test_head_shares_by_position_are_one_position_alone_and_add_up_in_the_last_layer(pairs):
+    params, clean, corrupt, metric = pairs
+    at = head_patching(CONFIG, params, clean, corrupt, metric, by_position=True)
+    everywhere = head_patching(CONFIG, params, clean, corrupt, metric)
+    chex.assert_shape(at, (2, HEADS, CONFIG.data.length))
+    clean_logits, got = run(CONFIG, params, clean, capture=["block_0.attention.z"])
+    corrupt_logits, _ = run(CONFIG, params, corrupt)
+    atol = tolerance(metric, clean_logits, corrupt_logits)
+    name, t = "block_0.attention.z", CONFIG.data.length // 2
+    alone, _ = run(CONFIG, params, corrupt, patches={name: patch(
+        got[name], where=heads_where(name, [1], HEADS) & positions_where(name, [t],
+                                                                          CONFIG.data.length))})
+    np.testing.assert_allclose(at[0, 1, t], share(metric, clean_logits, corrupt_logits, alone),
+                               rtol=0, atol=atol)
+    # a last-layer head's output at t reaches only position t's logits, and the metric is a
+    # sum over positions
+    np.testing.assert_allclose(at[1].sum(-1), everywhere[1], rtol=0, atol=CONFIG.data.length
+                               * atol)
+
+
 def test_the_first_blocks_clean_input_restores_all_at_the_corrupted_position_only(pairs):
     params, clean, _, metric = pairs
     corrupt = {**clean, "inputs": clean["inputs"].copy()}
@@ -97,10 +134,11 @@ def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_pa
     checkpoints.save_params(0, params, to_dict(CONFIG))
     checkpoints.close()
     code, out, err = run_cli(capsys, "patch", str(run_dir.path), "--out", str(tmp_path / "p"),
-                             "--examples", "4")
+                             "--examples", "4", "--by-position")
     assert code == 0, err
     assert "| L1.H1 |" in out and "Largest paths" in out
-    for picture in ("heads.png", "positions.png", "path.png"):
+    for picture in ("heads.png", "heads_noising.png", "heads_by_position.png", "positions.png",
+                    "path.png"):
         assert (tmp_path / "p" / picture).stat().st_size > 5_000
     text = tiny_config(TINY_TEXT)
     raises_one_line(lambda: text_pairs(text, "abcd", "abc", "logit_diff:e,f"),

@@ -1,22 +1,25 @@
-"""Activation and path patching experiments on clean / corrupted input pairs
-(``attnjax.analysis.patching`` underneath, every intervention of one experiment in one
-batched pass).
+"""Activation and path patching experiments on pairs of inputs (``attnjax.analysis.patching``
+underneath, every intervention of one experiment in one batched pass).
 
 A metric ``m(logits)`` reads the behaviour (``target_logprob``: the mean log-probability of
 the scored targets; ``logit_diff``: the logit of token A minus that of B at the last
-position). With ``m_c`` on the clean input and ``m_x`` on the corrupted one, an intervention on
-the corrupted run that gives ``m`` recovers the share ``(m - m_x) / (m_c - m_x)``: 1 when it
-restores the clean behaviour, 0 when it changes nothing.
+position). Activations are taken from a run on the ``source`` input and patched into a run on
+the ``target`` input; with ``m_s`` and ``m_t`` the metric of the two unpatched runs, a patch
+giving ``m`` moves the share ``(m - m_t) / (m_s - m_t)`` of the way: 1 when the target run
+then behaves like the source, 0 when nothing changes. Denoising (source clean, target
+corrupted) finds what is *sufficient* to restore a behaviour: the share recovered; noising
+(source corrupted, target clean) finds what is *necessary*: the share lost. Heads that back
+each other up each recover much and lose little; a head the others depend on loses much.
 
-- ``head_patching``: each head's output (``z``, every position) from the clean run:
-  ``[layers, heads]``.
+- ``head_patching``: each head's output (``z``, every position, or one position at a time)
+  from the source run: ``[layers, heads]`` or ``[layers, heads, positions]``.
 - ``position_patching``: the residual stream entering each block at one position from the
-  clean run: ``[layers, positions]``.
+  source run: ``[layers, positions]``.
 - ``path_patching``: for each sender head and each receiver head in a later layer, the
-  sender's clean output reaches only the receiver's queries, keys or values: first the
-  corrupted run with the sender patched and every other head frozen at its corrupted output
-  gives the receiver's inputs, then the corrupted run with only those inputs of the receiver
-  patched is scored: ``[senders, receivers, 3]`` (q, k, v).
+  sender's source output reaches only the receiver's queries, keys or values: first the
+  target run with the sender patched and every other head frozen at its target output gives
+  the receiver's inputs, then the target run with only those inputs of the receiver patched
+  is scored: ``[senders, receivers, 3]`` (q, k, v).
 
 References: Vig et al. 2020 and Meng et al. 2022 (activation patching); Wang et al. 2023,
 "Interpretability in the Wild" (path patching).
@@ -60,47 +63,56 @@ def logit_diff(a: int, b: int) -> Callable:
     return lambda logits: (logits[:, -1, a] - logits[:, -1, b]).mean()
 
 
-def _shares(metric, clean_logits, corrupt_logits, logits_per_world) -> np.ndarray:
-    clean, corrupt = float(metric(clean_logits)), float(metric(corrupt_logits))
-    if abs(clean - corrupt) < 1e-9:
-        raise ValueError(f"the corruption does not change the metric (clean {clean:.4g}, "
-                         f"corrupted {corrupt:.4g}): nothing to recover")
+def _shares(metric, source_logits, target_logits, logits_per_world) -> np.ndarray:
+    source, target = float(metric(source_logits)), float(metric(target_logits))
+    if abs(source - target) < 1e-9:
+        raise ValueError(f"the two inputs give the same metric ({source:.4g} and {target:.4g}): "
+                         "a patch has nothing to move")
     patched = np.asarray(jax.vmap(metric)(logits_per_world))
-    return (patched - corrupt) / (clean - corrupt)
+    return (patched - target) / (source - target)
 
 
 def _z(layer: int) -> str:
     return f"block_{layer}.attention.z"
 
 
-def head_patching(config: Config, params, clean: dict, corrupt: dict, metric) -> np.ndarray:
-    """``[layers, heads]``: the share each head's clean output recovers."""
-    L, N = config.model.num_layers, config.model.attention.num_heads
+def head_patching(config: Config, params, source: dict, target: dict, metric, *,
+                  by_position: bool = False) -> np.ndarray:
+    """``[layers, heads]``: the share each head's source output moves the target run, at
+    every position together; ``[layers, heads, positions]`` with ``by_position``."""
+    L, N, T = config.model.num_layers, config.model.attention.num_heads, np.shape(
+        target["inputs"])[1]
     names = [_z(layer) for layer in range(L)]
-    clean_logits, captured = run(config, params, clean, capture=names)
-    corrupt_logits, _ = run(config, params, corrupt)
-    worlds = [{name: patch(captured[name], where=heads_where(name, [h] if l == layer else [], N))
-               for l, name in enumerate(names)} for layer in range(L) for h in range(N)]
-    logits, _ = run_worlds(config, params, corrupt, stack(worlds))
-    return _shares(metric, clean_logits, corrupt_logits, logits).reshape(L, N)
+    source_logits, captured = run(config, params, source, capture=names)
+    target_logits, _ = run(config, params, target)
+    positions = [[t] for t in range(T)] if by_position else [list(range(T))]
+
+    def where(name, layer, head, at):
+        chosen = heads_where(name, [head] if name == _z(layer) else [], N)
+        return chosen & positions_where(name, at, T)
+    worlds = [{name: patch(captured[name], where=where(name, layer, h, at)) for name in names}
+              for layer in range(L) for h in range(N) for at in positions]
+    logits, _ = run_worlds(config, params, target, stack(worlds))
+    shares = _shares(metric, source_logits, target_logits, logits).reshape(L, N, -1)
+    return shares if by_position else shares[..., 0]
 
 
-def position_patching(config: Config, params, clean: dict, corrupt: dict,
+def position_patching(config: Config, params, source: dict, target: dict,
                       metric) -> np.ndarray:
-    """``[layers, positions]``: the share the clean residual stream entering block l at one
-    position recovers."""
-    L, T = config.model.num_layers, np.shape(clean["inputs"])[1]
+    """``[layers, positions]``: the share the source residual stream entering block l at one
+    position moves the target run."""
+    L, T = config.model.num_layers, np.shape(target["inputs"])[1]
     names = [f"block_{layer}.resid_pre" for layer in range(L)]
-    clean_logits, captured = run(config, params, clean, capture=names)
-    corrupt_logits, _ = run(config, params, corrupt)
+    source_logits, captured = run(config, params, source, capture=names)
+    target_logits, _ = run(config, params, target)
     worlds = [{name: patch(captured[name],
                            where=positions_where(name, [t] if l == layer else [], T))
                for l, name in enumerate(names)} for layer in range(L) for t in range(T)]
-    logits, _ = run_worlds(config, params, corrupt, stack(worlds))
-    return _shares(metric, clean_logits, corrupt_logits, logits).reshape(L, T)
+    logits, _ = run_worlds(config, params, target, stack(worlds))
+    return _shares(metric, source_logits, target_logits, logits).reshape(L, T)
 
 
-def path_patching(config: Config, params, clean: dict, corrupt: dict,
+def path_patching(config: Config, params, source: dict, target: dict,
                   metric) -> tuple[np.ndarray, list, list]:
     """``(shares [senders, receivers, 3], senders, receivers)``: senders and receivers are
     ``(layer, head)``, every head of a layer below the last a sender, every head of a layer
@@ -108,15 +120,15 @@ def path_patching(config: Config, params, clean: dict, corrupt: dict,
     L, N = config.model.num_layers, config.model.attention.num_heads
     z = [_z(layer) for layer in range(L)]
     inputs = [f"block_{layer}.attention.{x}" for layer in range(1, L) for x in INPUTS]
-    clean_logits, clean_z = run(config, params, clean, capture=z)
-    corrupt_logits, corrupt_z = run(config, params, corrupt, capture=z + inputs)
+    source_logits, source_z = run(config, params, source, capture=z)
+    target_logits, target_z = run(config, params, target, capture=z + inputs)
     senders = [(l, h) for l in range(L - 1) for h in range(N)]
     receivers = [(l, h) for l in range(1, L) for h in range(N)]
-    # 1: each sender's clean output, every other head frozen at its corrupted one
+    # 1: each sender's source output, every other head frozen at its target one
     frozen = [{name: patch(jnp.where(heads_where(name, [h] if l == layer else [], N),
-                                     clean_z[name], corrupt_z[name]))
+                                     source_z[name], target_z[name]))
                for l, name in enumerate(z)} for layer, h in senders]
-    _, reached = run_worlds(config, params, corrupt, stack(frozen), capture=inputs)
+    _, reached = run_worlds(config, params, target, stack(frozen), capture=inputs)
     # 2: only the receiver's q, k or v from that run (k and v: its key/value head, which
     # the query heads of its group share)
     heads = {"q": N, "k": config.model.attention.kv_heads, "v": config.model.attention.kv_heads}
@@ -125,15 +137,15 @@ def path_patching(config: Config, params, clean: dict, corrupt: dict,
                                                            enumerate(receivers), INPUTS):
         if receiver[0] <= sender[0]:
             continue
-        target, head = f"block_{receiver[0]}.attention.{x}", receiver[1] * heads[x] // N
+        chosen, head = f"block_{receiver[0]}.attention.{x}", receiver[1] * heads[x] // N
         worlds.append({name: patch(reached[name][s], where=heads_where(
-            name, [head] if name == target else [], heads[name.rsplit(".", 1)[-1]]))
+            name, [head] if name == chosen else [], heads[name.rsplit(".", 1)[-1]]))
             for name in inputs})
         index.append((s, r, INPUTS.index(x)))
     shares = np.zeros((len(senders), len(receivers), len(INPUTS)))
     if worlds:
-        logits, _ = run_worlds(config, params, corrupt, stack(worlds))
-        for (s, r, x), share in zip(index, _shares(metric, clean_logits, corrupt_logits,
+        logits, _ = run_worlds(config, params, target, stack(worlds))
+        for (s, r, x), share in zip(index, _shares(metric, source_logits, target_logits,
                                                    logits), strict=True):
             shares[s, r, x] = share
     return shares, senders, receivers
@@ -180,11 +192,14 @@ def text_pairs(config: Config, clean: str, corrupt: str,
 
 def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
                        corrupt: str | None = None, metric: str | None = None,
-                       examples: int = 16, which: str = "best") -> str:
-    """Head, position and path patching of a run's checkpoint (``heads.png``,
-    ``positions.png``, ``path.png``, ``patching.md``) on ``--clean``/``--corrupt`` texts with
-    a ``logit_diff`` metric, or an induction run's own pairs (``induction_pairs``) with
-    ``target_logprob``; returns the Markdown."""
+                       examples: int = 16, which: str = "best",
+                       by_position: bool = False) -> str:
+    """Head patching both ways (``heads.png``: recovered by each head's clean output;
+    ``heads_noising.png``: lost by its corrupted output), position and path patching
+    (``positions.png``, ``path.png``) and ``patching.md`` of a run's checkpoint, on
+    ``--clean``/``--corrupt`` texts with a ``logit_diff`` metric or an induction run's own pairs
+    (``induction_pairs``) with ``target_logprob``; ``by_position`` adds each head at each
+    position (``heads_by_position.png``). Returns the Markdown."""
     config, params, step = RunDir(run_dir).params(which)
     if clean is not None or corrupt is not None:
         if clean is None or corrupt is None or metric is None:
@@ -196,32 +211,46 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
         measure = target_logprob(clean_batch)
         described = (f"{examples} induction examples, the first occurrence of the block "
                      "changed; metric: the mean log-probability of the scored targets")
-    heads = head_patching(config, params, clean_batch, corrupt_batch, measure)
+    recovered = head_patching(config, params, clean_batch, corrupt_batch, measure)
+    lost = head_patching(config, params, corrupt_batch, clean_batch, measure)
     positions = position_patching(config, params, clean_batch, corrupt_batch, measure)
     paths, senders, receivers = path_patching(config, params, clean_batch, corrupt_batch,
                                               measure)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = f"{Path(run_dir).name} step {step}"
-    plot_head_matrix(heads, out / "heads.png", f"{name}: share of the metric recovered by "
-                     "each head's clean output", diverging=True, label="recovered share")
+    plot_head_matrix(recovered, out / "heads.png", f"{name}: share of the metric recovered by "
+                     "each head's clean output in the corrupted run", diverging=True,
+                     label="recovered share")
+    plot_head_matrix(lost, out / "heads_noising.png", f"{name}: share of the metric lost by "
+                     "each head's corrupted output in the clean run", diverging=True,
+                     label="lost share")
     labels = token_labels(clean_batch["inputs"][0], config.data)
+    by_token = dict(diverging=True, label="recovered share", fmt="{:.2f}", columns=labels,
+                    cell_width=min(1.0, 24.0 / len(labels)))
     plot_head_matrix(positions, out / "positions.png", f"{name}: share recovered by the clean "
-                     "residual stream entering each block at one position", diverging=True,
-                     label="recovered share", fmt="{:.2f}", columns=labels,
-                     axes=("position (example 0's tokens)", "block input"),
-                     cell_width=min(1.0, 24.0 / len(labels)))
+                     "residual stream entering each block at one position",
+                     axes=("position (example 0's tokens)", "block input"), **by_token)
     head_label = lambda lh: f"L{lh[0]}.H{lh[1]}"
+    L, N = recovered.shape
+    heads = [(layer, h) for layer in range(L) for h in range(N)]
+    if by_position:
+        at = head_patching(config, params, clean_batch, corrupt_batch, measure,
+                           by_position=True)
+        plot_head_matrix(at.reshape(L * N, -1), out / "heads_by_position.png",
+                         f"{name}: share recovered by each head's clean output at one position",
+                         rows=[head_label(lh) for lh in heads],
+                         axes=("position (example 0's tokens)", "head"), **by_token)
     columns = [f"{head_label(r)} {x}" for r in receivers for x in INPUTS]
     plot_head_matrix(paths.reshape(len(senders), -1), out / "path.png",
                      f"{name}: path patching, sender head -> receiver's q, k, v",
                      diverging=True, label="recovered share", fmt="{:.2f}",
                      rows=[head_label(s) for s in senders], columns=columns,
                      axes=("receiver input", "sender head"))
-    L, N = heads.shape
     lines = [f"# Patching: {name}", "", f"On {described}.", "",
-             "| head | recovered share |", "|---|---|"]
-    lines += [f"| L{l}.H{h} | {heads[l, h]:+.3f} |" for l in range(L) for h in range(N)]
+             "| head | recovered by its clean output | lost by its corrupted output |",
+             "|---|---|---|"]
+    lines += [f"| {head_label(lh)} | {recovered[lh]:+.3f} | {lost[lh]:+.3f} |" for lh in heads]
     order = np.argsort(-paths.ravel(), kind="stable")[:5]
     lines += ["", "Largest paths (sender -> receiver input: recovered share):", ""]
     for index in order:

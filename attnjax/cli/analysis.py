@@ -166,8 +166,10 @@ def _patch(args) -> int:
     from attnjax.analysis.circuits import write_patch_report
     print(write_patch_report(args.workdir, args.out, clean=args.clean, corrupt=args.corrupt,
                              metric=args.metric, examples=args.examples,
-                             which=args.checkpoint))
-    print(f"wrote heads.png, positions.png, path.png and patching.md to {args.out}")
+                             which=args.checkpoint, by_position=args.by_position))
+    pictures = "heads.png, heads_noising.png, " + ("heads_by_position.png, "
+                                                     if args.by_position else "")
+    print(f"wrote {pictures}positions.png, path.png and patching.md to {args.out}")
     return 0
 
 
@@ -178,7 +180,8 @@ def add_patch(commands) -> None:
         "residual stream at each position, and each sender head's path to a later head's "
         "queries, keys or values from a clean run into a corrupted one, all in batched "
         "passes, and report the share of the metric each restores: heads.png, positions.png, "
-        "path.png, patching.md. Pairs: --clean/--corrupt texts of as many tokens with "
+        "path.png, patching.md; each head's corrupted output in the clean run gives the share "
+        "it loses (heads_noising.png). Pairs: --clean/--corrupt texts of as many tokens with "
         "--metric logit_diff:A,B at the last position, or an induction run's own examples "
         "with the first occurrence of the block changed.")
     patching.add_argument("workdir", metavar="RUN_DIR", help="run directory of a decoder")
@@ -192,5 +195,8 @@ def add_patch(commands) -> None:
     patching.add_argument("--examples", type=int, default=16, metavar="N",
                           help="induction runs: how many validation examples (default: "
                           "%(default)s)")
+    patching.add_argument("--by-position", action="store_true",
+                          help="also patch each head at each position alone "
+                          "(heads_by_position.png)")
     add_checkpoint(patching)
     patching.set_defaults(run=_patch)
