@@ -130,7 +130,9 @@ def test_patch_benchmark_times_captures_and_batched_against_looped_patches(tmp_p
     assert rows[0]["vs_none"] == 1.0 and rows[2]["output_bytes"] > rows[0]["output_bytes"]
     assert [(p["worlds"], p["examples"]) for p in result["patching"]] == [(4, 1), (4, 2)]
     assert all(p["speedup"] == p["looped_seconds"] / p["batched_seconds"] > 0
+               and p["grouped_speedup"] == p["looped_seconds"] / p["grouped_seconds"] > 0
                for p in result["patching"])
+    assert [p["group"] for p in result["patching"]] == [32, 16]    # 32 sequences a group
 
 
 # ---------------------------------------------------------------- generation timing

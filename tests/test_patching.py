@@ -121,13 +121,16 @@ def test_zero_ablating_a_heads_output_is_the_head_knockout(decoder):
     np.testing.assert_allclose(zeroed, knocked, rtol=0, atol=1e-6)
 
 
-def test_worlds_in_one_pass_equal_one_pass_each(decoder):
+@pytest.mark.parametrize("group", [None, 3])
+def test_worlds_in_one_pass_equal_one_pass_each(decoder, group):
+    """All worlds in one vmapped pass, or mapped over groups of 3 (the last group short)."""
     config, params, batch = decoder
     names = ["block_0.attention.z", "block_1.attention.z"]
     worlds = [{name: patch(0.0, where=heads_where(name, [h] if name == names[l] else [], HEADS))
                for name in names} for l in range(2) for h in range(HEADS)]   # one head each
+    assert len(worlds) % 3
     together, captured = run_worlds(config, params, batch, stack(worlds),
-                                    capture=["block_1.resid_mid"])
+                                    capture=["block_1.resid_mid"], group=group)
     assert together.shape == (2 * HEADS, *np.shape(batch["inputs"]), config.model.vocab_size)
     for w, world in enumerate(worlds):
         alone, single = run(config, params, batch, patches=world,

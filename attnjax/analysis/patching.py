@@ -195,10 +195,26 @@ def stack(patch_list: list[dict]) -> dict:
     return out
 
 
-def run_worlds(config: Config, params, batch: dict, patches: dict, *, capture=()):
+def run_worlds(config: Config, params, batch: dict, patches: dict, *, capture=(),
+               group: int | None = None):
     """``run`` for each world of ``patches`` (``stack``: a leading axis W on every array), in
-    one vmapped program: ``(logits [W, ...], {name: [W, ...]})``."""
+    one compiled program: ``(logits [W, ...], {name: [W, ...]})``. All W worlds run as one
+    vmapped pass, or with ``group`` as a sequential map over groups of that many worlds
+    (memory for ``group`` worlds at a time; on a CPU also faster where a group's activations
+    stay in cache and all W worlds' do not: ``attnjax bench patch``)."""
     arguments = _arguments(config, batch)
-    forward = _compiled(config.model, tuple(capture), tuple(arguments))
-    return jax.vmap(forward, in_axes=(None, None, None, 0))(
-        params, jnp.asarray(batch["inputs"]), tuple(arguments.values()), _tree(patches))
+    worlds = _worlds(config.model, tuple(capture), tuple(arguments), group)
+    return worlds(params, jnp.asarray(batch["inputs"]), tuple(arguments.values()),
+                  _tree(patches))
+
+
+@functools.lru_cache(maxsize=16)
+def _worlds(model_config, capture: tuple[str, ...], arguments: tuple[str, ...],
+            group: int | None):
+    forward = _compiled(model_config, capture, arguments)
+    if group is None:
+        return jax.jit(jax.vmap(forward, in_axes=(None, None, None, 0)))
+    if group < 1:
+        raise ValueError(f"group must be >= 1 worlds, got {group}")
+    return jax.jit(lambda params, inputs, values, patches: jax.lax.map(
+        lambda world: forward(params, inputs, values, world), patches, batch_size=group))

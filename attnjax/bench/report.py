@@ -84,13 +84,16 @@ SECTIONS = {
               ("chosen", "chosen")]),
     "patch": ("Capture and patching", "Forward seconds and compiled bytes with no point, "
               "every head output or every point captured (`attnjax bench patch` on "
-              "experiments/baseline.py); 64 zero-ablations as one batched pass against a loop "
-              "of 64 passes, for 1 and 4 examples, in `benchmarks/results/patch.json`.",
+              "experiments/baseline.py); 64 zero-ablations as one batched pass, and mapped over "
+              "groups of worlds, against a loop of 64 passes, for 1 and 4 examples, in "
+              "`benchmarks/results/patch.json`.",
               [("capture", "capture"), ("points", "points"), ("seconds", "seconds"),
                ("vs none", "vs_none"), ("temp bytes", "temp_bytes"),
                ("output bytes", "output_bytes"), ("worlds", "worlds"),
                ("examples", "examples"), ("batched s", "batched_seconds"),
-               ("looped s", "looped_seconds"), ("looped / batched", "speedup")]),
+               ("looped s", "looped_seconds"), ("looped / batched", "speedup"),
+               ("group", "group"), ("grouped s", "grouped_seconds"),
+               ("looped / grouped", "grouped_speedup")]),
     "generate": ("Decoding", "Per-token seconds of cached decoding against recomputing the "
                  "prefix, and of a whole compiled generation against a Python loop.", None),
     "translate": ("Encoder-decoder decoding", "Seconds per decoding step with the static "
