@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -162,6 +163,14 @@ def _means_nothing(path: str, value, selector: str, chosen, readers) -> ValueErr
                       f"by {selector}={' or '.join(map(repr, readers))}")
 
 
+@functools.cache
+def type_hints(cls) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, evaluated once per class: the annotations are strings
+    (``from __future__ import annotations``), and evaluating them would otherwise be most of
+    the cost of building a config."""
+    return typing.get_type_hints(cls)
+
+
 class Validated:
     """Mixin: type-, range- and choice-check every field on construction, refuse settings that
     mean nothing under the chosen kinds (``KINDS``) or selectors (``read_when``), then run
@@ -174,7 +183,7 @@ class Validated:
     KINDS: tuple = ()
 
     def __post_init__(self):
-        hints = typing.get_type_hints(type(self))
+        hints = type_hints(type(self))
         for f in dataclasses.fields(self):
             path = join(self.PATH, f.name)
             value = _check_value(path, hints[f.name], getattr(self, f.name))
@@ -241,7 +250,7 @@ def _nested(config) -> Iterator[Validated]:
 def program_arguments(cls, path: str = "") -> dict[str, tuple[type, Any]]:
     """``{dotted field: (type, canonical value or RATE)}`` of every field of ``cls`` (and the
     configs nested in it) declared with ``argument=``."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     found = {}
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
