@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from attnjax.analysis.capture import attention_weights
-from attnjax.analysis.patching import (ablation, heads_where, lower, match_points, patch,
-                                       point_names, run, run_worlds, stack)
+from attnjax.analysis.patching import (ablation, default_group, heads_where, lower, match_points,
+                                       patch, point_names, run, run_worlds, stack)
 from attnjax.data import Dataset
 from attnjax.models import build, family
 from attnjax.models.probe import capture_streams, stream_weights
@@ -129,6 +129,7 @@ def test_worlds_in_one_pass_equal_one_pass_each(decoder, group):
     worlds = [{name: patch(0.0, where=heads_where(name, [h] if name == names[l] else [], HEADS))
                for name in names} for l in range(2) for h in range(HEADS)]   # one head each
     assert len(worlds) % 3
+    assert default_group(batch) == 32 // len(batch["inputs"])       # 32 sequences on a CPU
     together, captured = run_worlds(config, params, batch, stack(worlds),
                                     capture=["block_1.resid_mid"], group=group)
     assert together.shape == (2 * HEADS, *np.shape(batch["inputs"]), config.model.vocab_size)

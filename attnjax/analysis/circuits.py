@@ -37,7 +37,8 @@ import numpy as np
 
 from attnjax.analysis.capture import probe_examples
 from attnjax.analysis.heatmaps import plot_head_matrix, token_labels
-from attnjax.analysis.patching import heads_where, patch, positions_where, run, run_worlds, stack
+from attnjax.analysis.patching import (default_group, heads_where, patch, positions_where, run,
+                                       run_worlds, stack)
 from attnjax.config import Config
 from attnjax.data import Dataset
 from attnjax.data.tokenizer import load_tokenizer
@@ -92,7 +93,7 @@ def head_patching(config: Config, params, source: dict, target: dict, metric, *,
         return chosen & positions_where(name, at, T)
     worlds = [{name: patch(captured[name], where=where(name, layer, h, at)) for name in names}
               for layer in range(L) for h in range(N) for at in positions]
-    logits, _ = run_worlds(config, params, target, stack(worlds))
+    logits, _ = run_worlds(config, params, target, stack(worlds), group=default_group(target))
     shares = _shares(metric, source_logits, target_logits, logits).reshape(L, N, -1)
     return shares if by_position else shares[..., 0]
 
@@ -108,7 +109,7 @@ def position_patching(config: Config, params, source: dict, target: dict,
     worlds = [{name: patch(captured[name],
                            where=positions_where(name, [t] if l == layer else [], T))
                for l, name in enumerate(names)} for layer in range(L) for t in range(T)]
-    logits, _ = run_worlds(config, params, target, stack(worlds))
+    logits, _ = run_worlds(config, params, target, stack(worlds), group=default_group(target))
     return _shares(metric, source_logits, target_logits, logits).reshape(L, T)
 
 
@@ -128,7 +129,8 @@ def path_patching(config: Config, params, source: dict, target: dict,
     frozen = [{name: patch(jnp.where(heads_where(name, [h] if l == layer else [], N),
                                      source_z[name], target_z[name]))
                for l, name in enumerate(z)} for layer, h in senders]
-    _, reached = run_worlds(config, params, target, stack(frozen), capture=inputs)
+    _, reached = run_worlds(config, params, target, stack(frozen), capture=inputs,
+                            group=default_group(target))
     # 2: only the receiver's q, k or v from that run (k and v: its key/value head, which
     # the query heads of its group share)
     heads = {"q": N, "k": config.model.attention.kv_heads, "v": config.model.attention.kv_heads}
@@ -144,7 +146,7 @@ def path_patching(config: Config, params, source: dict, target: dict,
         index.append((s, r, INPUTS.index(x)))
     shares = np.zeros((len(senders), len(receivers), len(INPUTS)))
     if worlds:
-        logits, _ = run_worlds(config, params, target, stack(worlds))
+        logits, _ = run_worlds(config, params, target, stack(worlds), group=default_group(target))
         for (s, r, x), share in zip(index, _shares(metric, source_logits, target_logits,
                                                    logits), strict=True):
             shares[s, r, x] = share

@@ -8,7 +8,8 @@ functions over a model's ``apply``, for every family.
   forward pass with ``patches`` (``{name: patch(...)}``) applied and the values of the
   ``capture`` points (after their patches) returned; jit-compiled once per selection.
 - ``run_worlds``: the same over a leading "worlds" axis of the patches' arrays (``stack``):
-  W interventions in one batched program instead of a loop of W passes.
+  W interventions in one batched program instead of a loop of W passes, all in one vmapped
+  pass or mapped over groups of worlds (``default_group``).
 - ``patch``: ``where(where, value, x) + add`` at a point: activation patching (``value`` from
   another run, ``where`` selecting heads / positions), zero / mean / resample ablation
   (``ablation``: a value of zeros, of a mean, of another example's capture) and steering
@@ -193,6 +194,20 @@ def stack(patch_list: list[dict]) -> dict:
             arrays = jnp.broadcast_arrays(*[jnp.asarray(p[name][field]) for p in patch_list])
             out[name][field] = jnp.stack(arrays)
     return out
+
+
+# Sequences (worlds x examples) per group of a grouped ``run_worlds`` on a CPU, where groups
+# of this size ran fastest (``attnjax bench patch``; docs/INTERPRETABILITY.md)
+GROUP_SEQUENCES = 32
+
+
+def default_group(batch: dict) -> int | None:
+    """The ``group`` for ``run_worlds`` on ``batch``: on a CPU, as many worlds as make
+    ``GROUP_SEQUENCES`` sequences; elsewhere ``None`` (one pass: an accelerator is fed best
+    by the biggest batch that fits)."""
+    if jax.default_backend() != "cpu":
+        return None
+    return max(1, GROUP_SEQUENCES // np.shape(batch["inputs"])[0])
 
 
 def run_worlds(config: Config, params, batch: dict, patches: dict, *, capture=(),

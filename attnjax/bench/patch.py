@@ -18,15 +18,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from attnjax.analysis.patching import (heads_where, lower, match_points, patch, point_names, run,
-                                       run_worlds, stack)
+from attnjax.analysis.patching import (GROUP_SEQUENCES, heads_where, lower, match_points, patch,
+                                       point_names, run, run_worlds, stack)
 from attnjax.bench.common import median_seconds, write_json
 from attnjax.config import Config
 from attnjax.data import load_dataset
 from attnjax.train.state import init_params
 
 CAPTURES = {"none": (), "z": ("*.z",), "every point": ("*",)}
-GROUP_SEQUENCES = 32      # sequences (worlds x examples) per group of the grouped pass
 
 
 def _memory(config: Config, params, batch, names) -> dict:
