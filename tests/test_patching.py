@@ -130,6 +130,8 @@ def test_worlds_in_one_pass_equal_one_pass_each(decoder, group):
                for name in names} for l in range(2) for h in range(HEADS)]   # one head each
     assert len(worlds) % 3
     assert default_group(batch) == 32 // len(batch["inputs"])       # 32 sequences on a CPU
+    raises_one_line(lambda: run_worlds(config, params, batch, stack(worlds), group=0),
+                    "group must be >= 1 worlds (or None: all in one pass), got 0")
     together, captured = run_worlds(config, params, batch, stack(worlds),
                                     capture=["block_1.resid_mid"], group=group)
     assert together.shape == (2 * HEADS, *np.shape(batch["inputs"]), config.model.vocab_size)

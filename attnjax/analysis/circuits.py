@@ -1,5 +1,6 @@
 """Activation and path patching experiments on pairs of inputs (``attnjax.analysis.patching``
-underneath, every intervention of one experiment in one batched pass).
+underneath, every intervention of one experiment in one compiled program over a worlds axis,
+in groups of worlds on a CPU: ``patching.default_group``).
 
 A metric ``m(logits)`` reads the behaviour (``target_logprob``: the mean log-probability of
 the scored targets; ``logit_diff``: the logit of token A minus that of B at the last

@@ -217,6 +217,8 @@ def run_worlds(config: Config, params, batch: dict, patches: dict, *, capture=()
     vmapped pass, or with ``group`` as a sequential map over groups of that many worlds
     (memory for ``group`` worlds at a time; on a CPU also faster where a group's activations
     stay in cache and all W worlds' do not: ``attnjax bench patch``)."""
+    if group is not None and group < 1:
+        raise ValueError(f"group must be >= 1 worlds (or None: all in one pass), got {group}")
     arguments = _arguments(config, batch)
     worlds = _worlds(config.model, tuple(capture), tuple(arguments), group)
     return worlds(params, jnp.asarray(batch["inputs"]), tuple(arguments.values()),
@@ -229,7 +231,5 @@ def _worlds(model_config, capture: tuple[str, ...], arguments: tuple[str, ...],
     forward = _compiled(model_config, capture, arguments)
     if group is None:
         return jax.jit(jax.vmap(forward, in_axes=(None, None, None, 0)))
-    if group < 1:
-        raise ValueError(f"group must be >= 1 worlds, got {group}")
     return jax.jit(lambda params, inputs, values, patches: jax.lax.map(
         lambda world: forward(params, inputs, values, world), patches, batch_size=group))
