@@ -2,12 +2,14 @@
 optimisation level 1 for processes that compile many small programs and train each briefly
 (the claims audit's workers, the test suite).
 
-Level 1 compiles a small training program in about half the time of the default level,
-trains as fast, and gives bit-identical losses: without fast-math, LLVM does not reorder
-floating-point arithmetic at any level. The test suite goes down to level 0 (``level=0``):
-its programs run for milliseconds, so code generation is most of their cost. XLA reads its
-flags once, when the backend starts, so they must be in ``XLA_FLAGS`` before a process first
-computes.
+Level 1 compiles a small training program in about half the time of the default level and
+trains as fast. Levels agree to float32 rounding, not always bit for bit: a decoder's losses
+are the same bits at levels 0, 1 and the default, an encoder's or an encoder-decoder's can
+differ in the last place, so runs are compared bit for bit only when one level compiled
+them (every process of the test suite uses level 0, every worker of the audit level 1). The
+test suite goes down to level 0 (``level=0``): its programs run for milliseconds, so code
+generation is most of their cost. XLA reads its flags once, when the backend starts, so they
+must be in ``XLA_FLAGS`` before a process first computes.
 """
 
 from __future__ import annotations

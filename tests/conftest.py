@@ -25,7 +25,8 @@ from helpers import SUITE_LEVEL
 
 # Before any test computes (XLA reads its flags when the backend starts): the suite compiles
 # thousands of small programs and runs each briefly, so it compiles at XLA's CPU optimisation
-# level 0 (attnjax.compilation: bit-identical results); processes that tests start inherit it
+# level 0 (attnjax.compilation); processes that tests start inherit it, so runs the suite
+# compares bit for bit are compiled at one level
 os.environ["XLA_FLAGS"] = quick_compile_flags(os.environ.get("XLA_FLAGS"), SUITE_LEVEL)
 
 import jax  # noqa: E402

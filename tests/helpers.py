@@ -43,8 +43,8 @@ COMPILE_CACHE_ENV = {"JAX_COMPILATION_CACHE_DIR": str(COMPILE_CACHE),
                      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 # XLA's CPU optimisation level of the session and the processes it starts: the lowest, as its
-# programs run for milliseconds and code generation is most of their cost (the same bits at
-# every level: attnjax.compilation)
+# programs run for milliseconds and code generation is most of their cost (every process of
+# the suite at one level, so runs compare bit for bit: attnjax.compilation)
 SUITE_LEVEL = 0
 
 
