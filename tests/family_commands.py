@@ -10,6 +10,7 @@ from pathlib import Path
 import chex
 import numpy as np
 
+from attnjax.cli import main
 from attnjax.rundir import RunDir
 from attnjax.sweep.launch import run_sweep
 from helpers import deterministic, run_cli, tiny_config
@@ -42,25 +43,23 @@ def write_experiment(path: Path, overrides: dict, metrics: list[str], seeds=(0, 
 
 
 def train_alone(experiment: Path, workdir: Path) -> Path:
-    """Seed 0 of ``experiment`` trained by ``attnjax train`` in a subprocess."""
-    process = cli("train", str(experiment), "--workdir", str(workdir), "--no-progress")
-    _, err = process.communicate(timeout=600)
-    assert process.returncode == 0, err[-2000:]
+    """Seed 0 of ``experiment`` trained by ``attnjax train`` in this process."""
+    assert main(["train", str(experiment), "--workdir", str(workdir), "--no-progress"]) == 0
     return workdir
 
 
 def check_resume_after_sigkill(experiment: Path, trained: Path, workdir: Path,
-                               overrides: dict, kill_after: int) -> None:
-    """Training killed by SIGKILL past step ``kill_after`` and run again ends with the
-    metrics and parameters of ``trained``, bit for bit."""
+                               overrides: dict, kill_after: int, capsys) -> None:
+    """Training (a subprocess) killed by SIGKILL past step ``kill_after`` and run again (the
+    same command, in this process) ends with the metrics and parameters of ``trained``, bit
+    for bit."""
     args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
     process = cli(*args)
     wait_for_step(workdir, kill_after, process)
     process.send_signal(signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL
-    resumed = cli(*args)
-    _, err = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, err[-2000:]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0, err[-2000:]
     assert deterministic(RunDir(workdir).metrics()) == deterministic(RunDir(trained).metrics())
     config = tiny_config(overrides)
     params, step = final_params(workdir, config)

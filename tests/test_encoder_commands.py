@@ -37,9 +37,10 @@ def trained(experiment, tmp_path_factory):
     return family_commands.train_alone(experiment, tmp_path_factory.mktemp("trained") / "run")
 
 
-def test_an_encoder_resumes_bit_identically_after_sigkill(experiment, trained, tmp_path):
+def test_an_encoder_resumes_bit_identically_after_sigkill(experiment, trained, tmp_path,
+                                                         capsys):
     family_commands.check_resume_after_sigkill(experiment, trained, tmp_path / "run", ENCODER,
-                                               kill_after=40)
+                                               kill_after=40, capsys=capsys)
     last = RunDir(trained).metrics()[-1]
     assert 0 < last["attn_cls/L0"] < 1 and 0 < last["attn_sep/L0"] < 1
 

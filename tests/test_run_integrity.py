@@ -96,9 +96,9 @@ def test_a_second_train_on_a_run_being_trained_is_refused_before_touching_it(tmp
         assert code == 0 and "loss" in out, err
         assert lock_holder(workdir) == str(first.pid)
         before = snapshot(workdir)
-        second = start("train", str(experiment), "--workdir", str(workdir), "--no-progress")
-        out, err = second.communicate(timeout=120)
-        assert second.returncode == 2, err
+        code, out, err = run_cli(capsys, "train", str(experiment), "--workdir", str(workdir),
+                                 "--no-progress")                 # the second, in this process
+        assert code == 2, err
         assert err.count("\n") == 1 and f"being written by process {first.pid}" in err, err
         after = snapshot(workdir)       # the first writer goes on; the second wrote nothing
         assert after["config.json"] == before["config.json"]
@@ -118,9 +118,8 @@ def test_a_second_sweep_driver_on_a_sweep_being_run_is_refused(tmp_path, capsys)
     try:
         wait_until(lambda: (sweep / "seed=0" / "metrics.jsonl").is_file(), first)
         record = (sweep / "sweep.json").read_text()
-        second = start(*args)
-        _, err = second.communicate(timeout=120)
-        assert second.returncode == 2, err
+        code, _, err = run_cli(capsys, *args)                        # the second, in this process
+        assert code == 2, err
         assert err.count("\n") == 1 and f"sweep directory {str(sweep)!r}" in err, err
         assert f"process {first.pid}" in err, err
         assert (sweep / "sweep.json").read_text() == record

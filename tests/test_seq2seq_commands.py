@@ -40,9 +40,10 @@ def trained(experiment, tmp_path_factory):
     return family_commands.train_alone(experiment, tmp_path_factory.mktemp("trained") / "run")
 
 
-def test_a_seq2seq_run_resumes_bit_identically_after_sigkill(experiment, trained, tmp_path):
+def test_a_seq2seq_run_resumes_bit_identically_after_sigkill(experiment, trained, tmp_path,
+                                                            capsys):
     family_commands.check_resume_after_sigkill(experiment, trained, tmp_path / "run", SEQ2SEQ,
-                                               kill_after=25)
+                                               kill_after=25, capsys=capsys)
     summary = RunDir(trained).summary()["eval"]["12"]
     assert 0 <= summary["exact_match"] <= 1 and 0 < summary["alignment"] <= 1
 

@@ -299,7 +299,8 @@ def trained_alone(tmp_path_factory):
                                               ("processes", "training"),
                                               ("vmap-processes", "training")])
 def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, moment,
-                                                                     launcher, trained_alone):
+                                                                     launcher, trained_alone,
+                                                                     capsys):
     """SIGKILL of a worker (as the out-of-memory killer does it) as soon as it is handed a run
     (still importing or compiling) or once the run has logged: that run's task is recorded as
     failed naming the signal, the other runs finish, nothing is left marked running, the
@@ -307,10 +308,10 @@ def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, m
     path = write_experiment(tmp_path, '[{"seed": s} for s in range(4)]')
     sweep = tmp_path / "s"
     overrides = [f"{k}={v}" for k, v in KILLED.items()]
-    command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
-               "--workdir", str(sweep), "--launcher", launcher, "--jobs", "2", "--no-progress"]
-    driver = subprocess.Popen(command, env=subprocess_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = ["sweep", str(path), *overrides, "--workdir", str(sweep), "--launcher", launcher,
+            "--jobs", "2", "--no-progress"]
+    driver = subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=subprocess_env(),
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     name, pid = _running_worker(sweep, trained=moment == "training")
     if moment == "training" and len(os.sched_getaffinity(0)) >= 2:
         assert sorted(os.sched_getaffinity(pid)) in core_shares(2)     # pinned to its share
@@ -324,9 +325,8 @@ def test_a_killed_worker_is_a_recorded_failure_and_the_others_finish(tmp_path, m
     assert sum(r["status"] == "finished" for r in runs.values()) == 4 - len(killed)
     assert not any("pid" in r for r in runs.values())
     assert f"{name}: failed" in out
-    retry = subprocess.run([*command, "--retry-failed"], env=subprocess_env(), text=True,
-                           capture_output=True, timeout=300)
-    assert retry.returncode == 0, retry.stderr[-2000:]
+    code, _, err = run_cli(capsys, *args, "--retry-failed")      # the retry: in this process
+    assert code == 0, err[-2000:]
     assert {r["status"] for r in _record(sweep)["runs"]} == {"finished"}
     alone = trained_alone(next(r for r in expand(path, overrides) if r.name == name))
     for a, b in zip(deterministic(RunDir(sweep / name).metrics()),

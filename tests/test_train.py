@@ -198,8 +198,8 @@ def write_experiment(path: Path, **overrides) -> Path:
 def cli(*args, **kwargs) -> subprocess.Popen:
     """``attnjax ARGS`` in a subprocess, for the runs that are killed (SIGKILL, SIGTERM) and
     the reference they are compared with bit for bit. The runs share JAX's persistent
-    compilation cache, so only the first one compiles (a resumed run then loads the very same
-    executables). Everything else calls ``run_cli`` in this process."""
+    compilation cache, so only the first one compiles (the resumed run, the same command
+    again through ``run_cli`` in this process, then loads the very same executables)."""
     return subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=subprocess_env(),
                             text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
@@ -234,7 +234,7 @@ def uninterrupted(tmp_path_factory):
     return experiment, root / "run"
 
 
-def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path):
+def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path, capsys):
     experiment, reference = uninterrupted
     workdir = tmp_path / "run"
     args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
@@ -243,9 +243,8 @@ def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path):
     process.send_signal(signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL        # killed mid-run, not finished
     assert not (workdir / "summary.json").exists()
-    resumed = cli(*args)
-    out, err = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, err[-2000:]
+    code, _, err = run_cli(capsys, *args)         # the same command again
+    assert code == 0, err[-2000:]
     config = tiny()
     assert deterministic(RunDir(workdir).metrics()) == deterministic(
         RunDir(reference).metrics())
@@ -255,7 +254,7 @@ def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path):
     chex.assert_trees_all_equal(params, expected)     # bit-identical
 
 
-def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path):
+def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path, capsys):
     experiment, reference = uninterrupted
     workdir = tmp_path / "run"
     args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
@@ -269,8 +268,8 @@ def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path):
     listing = Checkpoints(workdir / "ckpt")
     assert 60 <= stopped < 200 and listing.steps()[-1] == stopped
     listing.close()
-    resumed = cli(*args)
-    resumed.communicate(timeout=600)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0, err[-2000:]
     params, _ = final_params(workdir, tiny())
     chex.assert_trees_all_equal(params, final_params(reference, tiny())[0])
 

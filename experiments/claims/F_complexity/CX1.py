@@ -34,6 +34,8 @@ CRITERION = "n slope in [1.7, 2.3]; d slope in [0.7, 1.3]"
 LENGTHS, HEAD_DIMS, D_LENGTH = (256, 512, 1024, 2048, 4096), (16, 32, 64, 128), 2048
 HEADS, REPEATS = 1, 3
 REGIMES = {"n <= 512": (256, 512), "top two lengths": (2048, 4096)}
+TEST_SIZE = {"LENGTHS": (256, 512, 1024), "D_LENGTH": 512,      # the suite: shorter
+             "REGIMES": {"n <= 512": (256, 512), "top two lengths": (512, 1024)}}
 
 
 def _forward(length: int, head_dim: int):
