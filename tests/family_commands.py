@@ -71,9 +71,12 @@ def check_resume_after_sigkill(experiment: Path, trained: Path, workdir: Path,
 def check_sweep_on_launcher(experiment: Path, trained: Path, launcher: str, tmp_path: Path,
                             capsys) -> tuple[str, str]:
     """A two-seed sweep on ``launcher``: both finish, seed 0 equals ``trained`` (vmapped: up
-    to float32 summation order), ``report`` and ``compare`` run; their outputs."""
+    to float32 summation order), ``report`` and ``compare`` run; their outputs. The
+    ``processes`` launcher gets one worker, which trains both seeds (several workers side by
+    side: tests/test_sweep.py)."""
     sweep = tmp_path / "sweep"
-    record = run_sweep(experiment, sweep, launcher=launcher, progress=False, log=lambda *_: None)
+    record = run_sweep(experiment, sweep, launcher=launcher, progress=False, log=lambda *_: None,
+                       jobs=1 if launcher == "processes" else None)
     assert [r["status"] for r in record["runs"]] == ["finished", "finished"]
     seed0 = next(p for p in sweep.iterdir() if p.is_dir() and "seed=0" in p.name)
     for a, b in zip(deterministic(RunDir(seed0).metrics()),

@@ -24,18 +24,21 @@ from helpers import TINY_MLM, TINY_SEQ2SEQ, TINY_TEXT, deterministic, run_cli, s
 # 60 steps, a log (and a sync of the two processes) every dispatch of 10, an evaluation and a
 # checkpoint at 30 and 60: every logged loss and the evaluation are compared with one
 # process's, and the killed run has a checkpoint behind it (30) and one ahead (60). Each
-# step is a gloo all-reduce between two processes (~0.05 s, the bulk of a run after its
-# compilation), so the steps are kept to what these comparisons need.
+# step is a gloo all-reduce between the two processes, so the steps are kept to what these
+# comparisons need.
 LONG = {"train.steps": 60, "train.eval_every": 30, "train.checkpoint_every": 30,
         "train.log_every": 10, "train.steps_per_dispatch": 10}
 # Both data paths and the model families: the encoder's masked-language batches are made on
 # the device, the decoder's token file is read on the host, the encoder-decoder's reversal
-# batches (source and target) are made on the device.
+# batches (source and target) are made on the device. Evaluations and checkpoints synchronise
+# both processes: host data has two, seq2seq one, at its end.
 SETTINGS = {
     "device data": {**TINY_MLM, **LONG},
     "host data": {**TINY_TEXT, "data.task": "tokens", "data.vocab_size": 64,
-                  "model.vocab_size": 64, "train.steps": 40},
-    "seq2seq": {**TINY_SEQ2SEQ, "train.steps": 20},
+                  "model.vocab_size": 64, "train.steps": 40, "train.eval_every": 20,
+                  "train.checkpoint_every": 20},
+    "seq2seq": {**TINY_SEQ2SEQ, "train.steps": 20, "train.eval_every": 20,
+                "train.checkpoint_every": 20},
 }
 
 
