@@ -1,9 +1,9 @@
 """The ``ray`` launcher on real local Ray instances: one started by the sweep itself and
 stopped after it (as on a laptop: the refusal test, run in this process), and one started
-once for this file that a 2-run encoder sweep, in which one run's Ray worker is killed
-mid-run, and its ``--retry-failed`` rerun join with ``--address`` (as on a cluster). Starting
-an instance takes seconds; the two commands of the killed-worker test share one instead of
-starting two."""
+once for this file that sweeps join with ``--address`` (as on a cluster), among them a
+2-run encoder sweep in which one run's Ray worker is killed mid-run (its ``--retry-failed``
+rerun runs in this process, which is connected to that instance already). Starting an
+instance takes seconds; the file's sweeps share one instead of starting their own."""
 
 import json
 import os
@@ -82,20 +82,19 @@ def _wait_for_a_logging_run(sweep: Path, timeout: float = 300) -> None:
     raise AssertionError("no Ray task ever started logging")
 
 
-def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path, ray_instance):
+def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path, ray_instance, capsys):
     """Two seeds of the tiny encoder (a model family reaches Ray workers like any config),
     one Ray task each, one at a time: the first is killed, the other finishes in a new
     worker; the killed one, retried, equals its run trained alone."""
     path = write_encoder_experiment(tmp_path / "encoder.py", range(2))
     sweep = tmp_path / "s"
     overrides = [f"{k}={v}" for k, v in KILLED.items()]
-    command = [sys.executable, "-m", "attnjax.cli", "sweep", str(path), *overrides,
-               "--workdir", str(sweep), "--launcher", "ray", "--jobs", "1",
-               "--cpus-per-run", "1", "--no-progress", "--address", ray_instance]
+    args = ["sweep", str(path), *overrides, "--workdir", str(sweep), "--launcher", "ray",
+            "--jobs", "1", "--cpus-per-run", "1", "--no-progress", "--address", ray_instance]
     env = subprocess_env()                       # the cluster is --address, not RAY_ADDRESS
     env.pop("RAY_ADDRESS", None)
-    driver = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+    driver = subprocess.Popen([sys.executable, "-m", "attnjax.cli", *args], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _wait_for_a_logging_run(sweep)
     os.kill(_ray_workers()[0], signal.SIGKILL)
     out, err = driver.communicate(timeout=300)
@@ -105,9 +104,8 @@ def test_ray_sweep_survives_a_killed_worker_and_resumes_it(tmp_path, ray_instanc
     assert len(failed) == 1 and failed[0]["error"].startswith("WorkerCrashedError: the Ray")
     assert sorted(r["status"] for r in runs) == ["failed", "finished"]
     assert "[2/2]" in out
-    retry = subprocess.run([*command, "--retry-failed"], env=env, text=True,
-                           capture_output=True, timeout=300)
-    assert retry.returncode == 0, retry.stderr[-3000:]
+    code, _, err = run_cli(capsys, *args, "--retry-failed")   # joins from this process
+    assert code == 0, err[-3000:]
     assert {r["status"] for r in json.loads((sweep / "sweep.json").read_text())["runs"]} == {
         "finished"}
     name = failed[0]["name"]
