@@ -118,15 +118,17 @@ def test_two_processes_train_like_one(name, two_process_run, tmp_path):
     """Same global batch, one mesh over both processes' devices: the logged losses and the
     evaluation equal one process's up to the order of the all-reduce's float32 sums (the
     tolerance of the in-process mesh test); only process 0 writes or prints. Host data runs
-    under SLURM's variables (``--distributed``), device data under the flags."""
+    under SLURM's variables (``--distributed``), device data under the flags. The one-process
+    run trains here while the two processes train (they wait on each other's compilation)."""
     setting = overrides(name, tmp_path)
     if name == "device data":
         _, workdir, outputs = two_process_run
+        single = train(apply_overrides(Config(), setting), tmp_path / "one", progress=False)
     else:                                    # as srun starts them: --distributed finds them
         workdir = tmp_path / "two"
-        outputs = finish(start(write_experiment(tmp_path / "exp.py", setting), workdir,
-                               slurm=True))
-    single = train(apply_overrides(Config(), setting), tmp_path / "one", progress=False)
+        processes = start(write_experiment(tmp_path / "exp.py", setting), workdir, slurm=True)
+        single = train(apply_overrides(Config(), setting), tmp_path / "one", progress=False)
+        outputs = finish(processes)
     many, one = RunDir(workdir).metrics(), RunDir(tmp_path / "one").metrics()
     assert [r["step"] for r in many] == [r["step"] for r in one]
     np.testing.assert_allclose([r["loss"] for r in many], [r["loss"] for r in one], rtol=2e-6)
