@@ -343,17 +343,16 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_is_one_line_and_the_resume_after_freeing_space_is_exact(small_disk,
-                                                                              tmp_path):
+                                                                              tmp_path, capsys):
     wide = {**TINY_INDUCTION, "model.d_model": 64, "model.num_layers": 2}   # ~1 MB checkpoints
     experiment = write_experiment(tmp_path / "wide.py", wide)
     workdir = small_disk / "run"
-    full = subprocess.run([sys.executable, "-m", "attnjax.cli", "train", str(experiment),
-                           "--workdir", str(workdir), "--no-progress"], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert full.returncode == 2, full.stderr
-    assert full.stderr.count("\n") == 1, full.stderr
+    code, _, err = run_cli(capsys, "train", str(experiment), "--workdir", str(workdir),
+                           "--no-progress")
+    assert code == 2, err
+    assert err.count("\n") == 1, err
     assert (f"the checkpoint of step 10 could not be written to {workdir / 'ckpt'} "
-            "(no space left on device)") in full.stderr, full.stderr
+            "(no space left on device)") in err, err
     assert not list(workdir.glob(".write-test*"))
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
     train(tiny_config(wide), workdir, progress=False)
