@@ -201,13 +201,19 @@ def stack(patch_list: list[dict]) -> dict:
 GROUP_SEQUENCES = 32
 
 
+def group_of(examples: int) -> int:
+    """Worlds per group when each world runs ``examples`` sequences: as many as make
+    ``GROUP_SEQUENCES`` sequences (at least one)."""
+    return max(1, GROUP_SEQUENCES // examples)
+
+
 def default_group(batch: dict) -> int | None:
-    """The ``group`` for ``run_worlds`` on ``batch``: on a CPU, as many worlds as make
-    ``GROUP_SEQUENCES`` sequences; elsewhere ``None`` (one pass: an accelerator is fed best
-    by the biggest batch that fits)."""
+    """The ``group`` for ``run_worlds`` on ``batch``: on a CPU, ``group_of`` its examples;
+    elsewhere ``None`` (one pass: an accelerator is fed best by the biggest batch that
+    fits)."""
     if jax.default_backend() != "cpu":
         return None
-    return max(1, GROUP_SEQUENCES // np.shape(batch["inputs"])[0])
+    return group_of(np.shape(batch["inputs"])[0])
 
 
 def run_worlds(config: Config, params, batch: dict, patches: dict, *, capture=(),

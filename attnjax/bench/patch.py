@@ -6,7 +6,7 @@ Rows: ``capture`` (none, every head's output ``z``, every point), each with the 
 seconds of a forward pass on the config's evaluation batch and the compiled program's
 temporary and output bytes; ``patching``: W zero-ablations of one head each (the heads taken
 in turn) on ``examples`` sequences, batched (all W worlds in one vmapped pass, and mapped over
-groups of ``GROUP_SEQUENCES // examples`` worlds) against looped, and their ratios: a batched
+groups of ``patching.group_of(examples)`` worlds) against looped, and their ratios: a batched
 pass does the loop's arithmetic in bigger matrix products and without W dispatches, so it
 gains where one pass leaves the device idle (few examples) and not where one pass already
 fills it; on a CPU, groups whose activations stay in cache beat one pass over all worlds.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from attnjax.analysis.patching import (GROUP_SEQUENCES, heads_where, lower, match_points, patch,
+from attnjax.analysis.patching import (group_of, heads_where, lower, match_points, patch,
                                        point_names, run, run_worlds, stack)
 from attnjax.bench.common import median_seconds, write_json
 from attnjax.config import Config
@@ -60,7 +60,7 @@ def run_patch_benchmark(config: Config, worlds: int = 64, examples=(1, 4), repea
     patching = []
     for count in examples:
         few = jax.tree_util.tree_map(lambda x, n=count: x[:n], batch)
-        group = max(1, GROUP_SEQUENCES // count)
+        group = group_of(count)
         batched = median_seconds(lambda b=few: run_worlds(config, params, b, together)[0],
                                  repeats=repeats)
         grouped = median_seconds(lambda b=few, g=group: run_worlds(
