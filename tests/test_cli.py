@@ -126,5 +126,5 @@ def test_an_interrupted_command_says_how_to_resume_and_exits_130(monkeypatch, ca
     monkeypatch.setattr(sweep_commands, "_sweep_status", interrupted)
     code, out, err = run_cli(capsys, "sweep-status", "runs/anything")
     assert code == 130 and out == ""
-    assert err == ("attnjax: interrupted (signal SIGTERM); what was running saved a checkpoint: "
-                   "rerun the same command to resume\n")
+    assert err == ("attnjax: interrupted (signal SIGTERM); nothing half-written is kept: rerun "
+                   "the same command to go on (a run resumes from its last checkpoint)\n")

@@ -2,8 +2,10 @@
 report | attention | heads | lens | patch | recall | compare | info | bench``. The only package
 that parses argv: each module owns a group of commands, their parsers (``add_<command>``) and
 handlers, and this one assembles the top-level parser (``build_parser``) and dispatches
-(``main``). Bad input (a misspelled override, a wrong type, a missing file, an unwritable
-workdir) is one line on stderr and exit status 2, raised before anything compiles.
+(``main``). Bad input (a misspelled override, a wrong type, a missing, hostile or unwritable
+file) is one line on stderr and exit status 2, raised before anything compiles: the library
+raises ``ValueError`` (``attnjax.userfiles`` turns a parser's errors into one) or an
+``OSError``, and ``main`` prints it. Anything else is a bug in attnjax, and says so.
 
 Handlers import what they run (training, analysis, benchmarks) inside their bodies, so that
 building the parser for ``attnjax --help`` or a bad argument imports none of it
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from attnjax.cli import analysis, audit, bench, info, pretrained, sweep, train
 
@@ -84,10 +87,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as error:  # bad input: one line, no traceback
-        print(f"attnjax: error: {error}", file=sys.stderr)
+    except (ValueError, OSError) as error:   # bad input, or a file it names: one line
+        print(f"attnjax: error: {error_line(error)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as stop:      # Ctrl-C, or SIGTERM to a sweep or audit driver
-        print(f"attnjax: interrupted{f' ({stop})' if str(stop) else ''}; what was running "
-              "saved a checkpoint: rerun the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as stop:      # Ctrl-C, or SIGTERM where a command turns it into one
+        print(f"attnjax: interrupted{f' ({stop})' if str(stop) else ''}; nothing half-written "
+              "is kept: rerun the same command to go on (a run resumes from its last "
+              "checkpoint)", file=sys.stderr)
         return 130
+    except Exception:
+        traceback.print_exc()
+        print("attnjax: internal error: the traceback above is a bug in attnjax, not in the "
+              "input; please report it with the command that caused it", file=sys.stderr)
+        return 1
+
+
+def error_line(error: Exception) -> str:
+    """The one line the command line prints for ``error``: its message, or for an operating
+    system error without one, what failed on which path (``Permission denied: 'RUN/x'``)."""
+    if isinstance(error, OSError) and error.strerror:
+        paths = " -> ".join(repr(str(p)) for p in (error.filename, error.filename2)
+                            if p is not None)
+        message = f"{error.strerror}: {paths}" if paths else error.strerror
+    else:
+        message = str(error)
+    return " ".join(message.split()) or type(error).__name__

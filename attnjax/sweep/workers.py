@@ -28,6 +28,7 @@ import traceback
 
 from attnjax.compilation import enable_compile_cache
 from attnjax.config import Config, from_dict, to_dict
+from attnjax.interrupts import raise_interrupt
 from attnjax.train.loop import train, train_group
 
 STOP_WAIT_SECONDS = 120    # how long interrupted workers get to save their checkpoints
@@ -128,7 +129,7 @@ def run_tasks(sweep, tasks: list[list], jobs: int) -> None:
     context = multiprocessing.get_context("spawn")
     shares = core_shares(jobs)
     pending, workers, stopping = list(tasks), [], False
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         while True:
             idle = [w for w in workers if w.task is None]
@@ -168,10 +169,6 @@ def run_tasks(sweep, tasks: list[list], jobs: int) -> None:
         signal.signal(signal.SIGTERM, previous)
         for worker in workers:
             worker.close()
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def _free_share(shares: list[list[int]], workers: list[_Worker]) -> list[int]:
