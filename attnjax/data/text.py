@@ -43,6 +43,9 @@ def read_bytes(path: str | None) -> np.ndarray:
         root = Path(path)
         if not root.exists():
             raise FileNotFoundError(f"data.path={path!r} does not exist")
+        if not (root.is_dir() or root.is_file()):
+            raise ValueError(f"data.path={path!r} is neither a regular file nor a directory "
+                             "(a device or a pipe never ends)")
         if root.is_dir() and Path(sys.prefix).resolve().is_relative_to(root.resolve()):
             raise ValueError(f"data.path={path!r} contains this Python environment "
                              f"({sys.prefix}): name the directory of the corpus itself")

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from attnjax.userfiles import TOKENIZER_LIMIT, checked_size, parsing
+
 
 class TextTokenizer:
     """``tokenizer.json`` at ``path``: ``encode``, ``decode``, ``labels``, ``vocab_size``,
@@ -22,7 +24,11 @@ class TextTokenizer:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"no tokenizer file {str(path)!r}")
-        self.path, self._tokenizer = path, Tokenizer.from_file(str(path))
+        checked_size(path, TOKENIZER_LIMIT)
+        with parsing(path):
+            self.path, self._tokenizer = path, Tokenizer.from_file(str(path))
+        if not self._tokenizer.get_vocab(with_added_tokens=True):
+            raise ValueError(f"{path} has an empty vocabulary")
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
 

@@ -6,12 +6,14 @@ a model class, so a new family is its own module plus one registration.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.traverse_util import flatten_dict
 
 from attnjax.config import ModelConfig
 from attnjax.registry import MODELS
@@ -92,3 +94,25 @@ def family(config: ModelConfig) -> Family:
 def build(config: ModelConfig) -> nn.Module:
     """The Flax module of ``config``'s family."""
     return family(config).module(config)
+
+
+@functools.lru_cache(maxsize=32)
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of every parameter of ``config``'s model by its path (``block_0/mlp/up/
+    kernel``), from ``jax.eval_shape`` of its initialisation: nothing is allocated."""
+    model = build(config)
+    tree = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+    return {path: tuple(leaf.shape)
+            for path, leaf in flatten_dict(tree["params"], sep="/").items()}
+
+
+def check_same_parameters(config: ModelConfig, changed: ModelConfig, overrides) -> None:
+    """Refuse, in one line naming ``overrides``, a ``changed`` model config whose parameters
+    differ in name or shape from those of ``config``, the model a checkpoint holds."""
+    old, new = parameter_shapes(config), parameter_shapes(changed)
+    if old != new:
+        name = next(n for n in sorted(old.keys() | new.keys()) if old.get(n) != new.get(n))
+        raise ValueError(f"{' '.join(overrides)} change the model's parameters ({name}: "
+                         f"{old.get(name, 'absent')} in the checkpoint, "
+                         f"{new.get(name, 'absent')} after them): the checkpoint's model is "
+                         "kept, so only overrides that keep every parameter's shape apply")

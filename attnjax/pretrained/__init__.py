@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnjax.config import ModelConfig
-from attnjax.pretrained.architectures import ARCHITECTURES, architecture, as_tree
-from attnjax.pretrained.weights import read_config, read_weights
+from attnjax.pretrained.architectures import ARCHITECTURES, architecture, mapped_params
+from attnjax.pretrained.weights import Weights, read_config
 
 __all__ = ["ARCHITECTURES", "load_pretrained"]
 
@@ -16,9 +16,14 @@ __all__ = ["ARCHITECTURES", "load_pretrained"]
 def load_pretrained(directory: str | Path) -> tuple[ModelConfig, dict]:
     """``(model config, float32 parameters)`` of the checkpoint in ``directory``, an attnjax
     model computing what the Hugging Face model computes; anything it cannot express is
-    refused in one line (what config.json says, before any weight is read; the tensors'
-    names, shapes and ties after)."""
+    refused in one line: what config.json says, then the tensors' names, dtypes and shapes
+    from the files' headers, all before any tensor's data is read; the ties after."""
     hf = read_config(directory)
     mapping = architecture(hf)
-    config = mapping.config(hf)
-    return config, as_tree(mapping.params(read_weights(directory), config))
+    try:
+        config = mapping.config(hf)
+    except ValueError as error:      # a model attnjax's own config refuses (model.* fields)
+        message = str(error)
+        raise ValueError(message if message.startswith("config.json") else
+                         f"config.json describes a model attnjax refuses: {message}") from None
+    return config, mapped_params(mapping, Weights(directory), config)

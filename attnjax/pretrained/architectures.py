@@ -21,14 +21,51 @@ with heads as axes: queries ``[d, N, H]``, the output projection ``[N, H, d]``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from flax.traverse_util import flatten_dict, unflatten_dict
+from flax.traverse_util import flatten_dict
 
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
-from attnjax.pretrained.weights import FLOATS
+from attnjax.models import parameter_shapes
+from attnjax.pretrained.weights import DTYPES, FLOATS, Tensor, Weights
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's tensors that a mapping refuses (missing, unread, of a dtype it does not
+    read, a tie that does not hold)."""
+
+
+class Placeholder(np.ndarray):
+    """A tensor's shape without its data (a zero-strided array of float32 zeros) that
+    remembers the tensor it stands for (``source``) through views, reshapes and splits: a
+    mapping run on placeholders gives every parameter's shape before any data is read."""
+
+    source: str | None = None
+
+    def __array_finalize__(self, obj):
+        self.source = getattr(obj, "source", None)
+
+
+def placeholder(name: str, shape: tuple[int, ...]) -> Placeholder:
+    array = np.broadcast_to(np.float32(0), shape).view(Placeholder)
+    array.source = name
+    return array
+
+
+class Checkpoint:
+    """A checkpoint's tensors (``headers``: name -> ``weights.Tensor``) and how a mapping gets
+    one: its data (``read``), or a ``placeholder`` of its shape; ``last`` is the name of the
+    tensor asked for last."""
+
+    def __init__(self, headers: dict[str, Tensor], read: bool):
+        self.headers, self.read, self.last = headers, read, None
+
+    def get(self, name: str) -> np.ndarray:
+        self.last, tensor = name, self.headers[name]
+        return Weights.load(tensor) if self.read else placeholder(name, tensor.shape)
 
 
 class Tensors:
@@ -37,43 +74,85 @@ class Tensors:
     ``check_all_read`` refuses a checkpoint with tensors nobody took (but those whose names
     contain one of ``skip``: buffers and unused parts)."""
 
-    def __init__(self, tensors: dict[str, np.ndarray], prefixes=(), skip=()):
-        self.prefix = next((p for p in prefixes if any(k.startswith(p) for k in tensors)), "")
-        self.tensors, self.skip, self.taken = tensors, tuple(skip), set()
+    def __init__(self, checkpoint: Checkpoint, prefixes=(), skip=()):
+        names = checkpoint.headers
+        self.prefix = next((p for p in prefixes if any(k.startswith(p) for k in names)), "")
+        self.checkpoint, self.skip, self.taken = checkpoint, tuple(skip), set()
 
     def __call__(self, name: str, prefixed: bool = True) -> np.ndarray:
         key = self.prefix + name if prefixed else name
-        if key not in self.tensors:
-            raise ValueError(f"the checkpoint has no tensor {key!r}")
-        if self.tensors[key].dtype != np.float32:
-            raise ValueError(f"tensor {key!r} is {self.tensors[key].dtype.name}; supported: "
-                             f"{', '.join(FLOATS)}")
+        tensor = self.checkpoint.headers.get(key)
+        if tensor is None:
+            raise CheckpointError(f"the checkpoint has no tensor {key!r}")
+        if not tensor.floating:
+            raise CheckpointError(f"tensor {key!r} is {DTYPES[tensor.dtype].name}; supported: "
+                                  f"{', '.join(DTYPES[name].name for name in FLOATS)}")
         self.taken.add(key)
-        return self.tensors[key]
+        return self.checkpoint.get(key)
 
     def has(self, name: str, prefixed: bool = True) -> bool:
-        return (self.prefix + name if prefixed else name) in self.tensors
+        return (self.prefix + name if prefixed else name) in self.checkpoint.headers
 
     def tied(self, name: str, embedding: np.ndarray) -> None:
         """A saved copy (``name``, unprefixed) of an output layer tied to ``embedding`` must
-        equal it."""
-        if name in self.tensors and not np.array_equal(self(name, prefixed=False), embedding):
-            raise ValueError(f"the checkpoint's {name!r} differs from the embedding it is "
-                             "tied to")
+        equal it (in shape, and in value once the data is read)."""
+        if not self.has(name, prefixed=False):
+            return
+        saved = self(name, prefixed=False)
+        if saved.shape != embedding.shape or (self.checkpoint.read
+                                              and not np.array_equal(saved, embedding)):
+            raise CheckpointError(f"the checkpoint's {name!r} differs from the embedding it is "
+                                  "tied to")
 
     def check_all_read(self) -> None:
-        rest = sorted(k for k in self.tensors
+        rest = sorted(k for k in self.checkpoint.headers
                       if k not in self.taken and not any(s in k for s in self.skip))
         if rest:
-            raise ValueError(f"the checkpoint has {len(rest)} tensor(s) this mapping does not "
-                             f"read, e.g. {rest[0]!r}: an architecture variant attnjax does "
-                             "not express")
+            raise CheckpointError(f"the checkpoint has {len(rest)} tensor(s) this mapping "
+                                  f"does not read, e.g. {rest[0]!r}: an architecture variant "
+                                  "attnjax does not express")
+
+
+REQUIRED = object()
+
+
+def integer(hf: dict, key: str, default=REQUIRED, low: int = 1) -> int:
+    """``hf[key]`` (or ``default`` where it is absent or null), an integer of at least ``low``;
+    else one line naming the key."""
+    value = default if hf.get(key) is None else hf[key]
+    if value is REQUIRED:
+        raise ValueError(f"config.json has no {key} (model_type {hf.get('model_type')!r} "
+                         "needs it)")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"config.json: {key}={value!r} is not an integer >= {low}")
+    return value
+
+
+def number(hf: dict, key: str, default=REQUIRED, within: str = "") -> float:
+    """``hf[key]`` (or ``default``), a finite number > 0; else one line naming the key (as
+    ``within.key`` for a key of the section ``within``)."""
+    value = default if hf.get(key) is None else hf[key]
+    name = f"{within}.{key}" if within else key
+    if value is REQUIRED:
+        raise ValueError(f"config.json has no {name}")
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"config.json: {name}={value!r} is not a finite number > 0")
+    return float(value)
+
+
+def section(hf: dict, key: str) -> dict:
+    """``hf[key]``, a JSON object (absent or null: empty); else one line naming the key."""
+    value = hf.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"config.json: {key} is a {type(value).__name__}, not an object")
+    return value
 
 
 def setting(hf: dict, key: str, supported: tuple, default=None):
     """``hf[key]`` (or ``default``) if it is one of ``supported``, else a one-line refusal."""
     value = hf.get(key, default)
-    if value not in supported:
+    if not any(type(value) is type(s) and value == s for s in supported):
         raise ValueError(f"config.json: {key}={value!r} is not supported for model_type "
                          f"{hf.get('model_type')!r}; supported: "
                          f"{', '.join(map(repr, supported))}")
@@ -88,21 +167,25 @@ def rope_position(hf: dict) -> PositionConfig:
     5) or the top level with ``rope_scaling``: the plain rotation, or Llama 3.1's frequency
     bands (``factor``, ``original_max_position_embeddings``, ``low_freq_factor``,
     ``high_freq_factor``); other scaling types are refused."""
-    parameters = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or parameters
+    parameters = section(hf, "rope_parameters")
+    within = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
+    scaling = section(hf, "rope_scaling") or parameters
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         raise ValueError(f"config.json: rope scaling type {kind!r} is not supported for "
                          f"model_type {hf.get('model_type')!r}; supported: "
                          f"{', '.join(map(repr, ROPE_TYPES))}")
-    base = float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    base = (number(parameters, "rope_theta", within="rope_parameters")
+            if "rope_theta" in parameters else number(hf, "rope_theta", 10000.0))
     if kind == "default":
         return PositionConfig("rope", rope_base=base)
     return PositionConfig("rope", rope_base=base, rope_scaling="llama3",
-                          rope_scale=float(scaling["factor"]),
-                          train_length=int(scaling["original_max_position_embeddings"]),
-                          rope_low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-                          rope_high_freq_factor=float(scaling.get("high_freq_factor", 4.0)))
+                          rope_scale=number(scaling, "factor", within=within),
+                          train_length=integer(scaling, "original_max_position_embeddings"),
+                          rope_low_freq_factor=number(scaling, "low_freq_factor", 1.0,
+                                                      within),
+                          rope_high_freq_factor=number(scaling, "high_freq_factor", 4.0,
+                                                       within))
 
 
 def heads_in(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -138,16 +221,18 @@ def gpt2_config(hf: dict) -> ModelConfig:
     act = setting(hf, "activation_function", tuple(GELUS), "gelu_new")
     setting(hf, "scale_attn_weights", (True,), True)
     setting(hf, "scale_attn_by_inverse_layer_idx", (False,), False)
-    d = hf["n_embd"]
+    d = integer(hf, "n_embd")
     return ModelConfig(
-        family="decoder", vocab_size=hf["vocab_size"], d_model=d, num_layers=hf["n_layer"],
-        max_length=hf["n_positions"], mlp=GELUS[act], mlp_hidden=hf.get("n_inner") or 4 * d,
-        norm="layer", norm_eps=hf.get("layer_norm_epsilon", 1e-5), embed_scale=1.0,
+        family="decoder", vocab_size=integer(hf, "vocab_size"), d_model=d,
+        num_layers=integer(hf, "n_layer"), max_length=integer(hf, "n_positions"),
+        mlp=GELUS[act], mlp_hidden=integer(hf, "n_inner", 4 * d),
+        norm="layer", norm_eps=number(hf, "layer_norm_epsilon", 1e-5), embed_scale=1.0,
         tie_embeddings=True, position=PositionConfig("learned"),
-        attention=AttentionConfig(num_heads=hf["n_head"], use_bias=True, fused_qkv=False))
+        attention=AttentionConfig(num_heads=integer(hf, "n_head"), use_bias=True,
+                                  fused_qkv=False))
 
 
-def gpt2_params(tensors: dict, config: ModelConfig) -> dict:
+def gpt2_params(tensors: Checkpoint, config: ModelConfig) -> dict:
     # skipped: the causal-mask buffers old checkpoints saved
     t = Tensors(tensors, ("transformer.",), skip=(".attn.bias", ".attn.masked_bias"))
     N = config.attention.num_heads
@@ -179,22 +264,25 @@ def llama_config(hf: dict) -> ModelConfig:
     setting(hf, "hidden_act", ("silu",), "silu")
     if hf.get("model_type") == "mistral" or hf.get("use_sliding_window"):
         setting(hf, "sliding_window", (None,), None)
-    qkv_bias = hf.get("model_type") == "qwen2" or hf.get("attention_bias", False)
-    heads = hf["num_attention_heads"]
+    qkv_bias = (hf.get("model_type") == "qwen2"
+                or setting(hf, "attention_bias", (False, True), False))
+    heads, width = integer(hf, "num_attention_heads"), integer(hf, "hidden_size")
     return ModelConfig(
-        family="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"], max_length=hf["max_position_embeddings"],
-        mlp="swiglu", mlp_hidden=hf["intermediate_size"], mlp_bias=hf.get("mlp_bias", False),
-        norm="rms", norm_eps=hf.get("rms_norm_eps", 1e-6), embed_scale=1.0,
-        tie_embeddings=hf.get("tie_word_embeddings", False),
+        family="decoder", vocab_size=integer(hf, "vocab_size"), d_model=width,
+        num_layers=integer(hf, "num_hidden_layers"),
+        max_length=integer(hf, "max_position_embeddings"), mlp="swiglu",
+        mlp_hidden=integer(hf, "intermediate_size"),
+        mlp_bias=setting(hf, "mlp_bias", (False, True), False),
+        norm="rms", norm_eps=number(hf, "rms_norm_eps", 1e-6), embed_scale=1.0,
+        tie_embeddings=setting(hf, "tie_word_embeddings", (False, True), False),
         position=rope_position(hf),
         attention=AttentionConfig(
-            num_heads=heads, num_kv_heads=hf.get("num_key_value_heads") or heads,
-            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, use_bias=bool(qkv_bias),
+            num_heads=heads, num_kv_heads=integer(hf, "num_key_value_heads", heads),
+            head_dim=integer(hf, "head_dim", width // heads), use_bias=qkv_bias,
             fused_qkv=False))
 
 
-def llama_params(tensors: dict, config: ModelConfig) -> dict:
+def llama_params(tensors: Checkpoint, config: ModelConfig) -> dict:
     t = Tensors(tensors, ("model.",), skip=("rotary_emb.inv_freq",))   # recomputed buffers
     att = config.attention
     params = {"embed": {"embedding": t("embed_tokens.weight")}, "final_norm": norm(t, "norm",
@@ -240,24 +328,30 @@ MLM_HEADED = ("BertForMaskedLM", "BertForPreTraining")   # BERTs saved with cls.
 def bert_config(hf: dict) -> ModelConfig:
     act = setting(hf, "hidden_act", ("gelu", "gelu_new"), "gelu")
     setting(hf, "position_embedding_type", ("absolute",), "absolute")
-    headed = any(name in MLM_HEADED for name in hf.get("architectures") or ())
+    architectures = hf.get("architectures") or []
+    if not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        raise ValueError(f"config.json: architectures={architectures!r} is not a list of "
+                         "class names")
+    headed = any(name in MLM_HEADED for name in architectures)
     return ModelConfig(
         classifier="none" if headed else "hidden",
-        family="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"], max_length=hf["max_position_embeddings"],
-        mlp=GELUS[act], mlp_hidden=hf["intermediate_size"], norm="layer",
-        norm_eps=hf.get("layer_norm_eps", 1e-12), norm_position="post", embed_norm=True,
-        embed_scale=1.0, type_vocab_size=hf.get("type_vocab_size", 2), tie_embeddings=True,
-        position=PositionConfig("learned"),
-        attention=AttentionConfig(num_heads=hf["num_attention_heads"], use_bias=True,
+        family="encoder", vocab_size=integer(hf, "vocab_size"),
+        d_model=integer(hf, "hidden_size"), num_layers=integer(hf, "num_hidden_layers"),
+        max_length=integer(hf, "max_position_embeddings"), mlp=GELUS[act],
+        mlp_hidden=integer(hf, "intermediate_size"), norm="layer",
+        norm_eps=number(hf, "layer_norm_eps", 1e-12), norm_position="post", embed_norm=True,
+        embed_scale=1.0, type_vocab_size=integer(hf, "type_vocab_size", 2),
+        tie_embeddings=True, position=PositionConfig("learned"),
+        attention=AttentionConfig(num_heads=integer(hf, "num_attention_heads"), use_bias=True,
                                   fused_qkv=False))
 
 
-def bert_params(tensors: dict, config: ModelConfig) -> dict:
+def bert_params(tensors: Checkpoint, config: ModelConfig) -> dict:
     headed = config.classifier == "none"
-    if headed and not any(k.startswith("cls.predictions.") for k in tensors):
-        raise ValueError(f"config.json: architectures names one of {', '.join(MLM_HEADED)} but "
-                         "the checkpoint has no masked-language head (cls.predictions.*)")
+    if headed and not any(k.startswith("cls.predictions.") for k in tensors.headers):
+        raise CheckpointError(f"config.json: architectures names one of "
+                              f"{', '.join(MLM_HEADED)} but the checkpoint has no "
+                              "masked-language head (cls.predictions.*)")
     # not the masked LM: the [CLS] pooler, next-sentence head, the position-id buffer
     t = Tensors(tensors, ("bert.",), skip=("pooler.", "cls.seq_relationship.", "position_ids"))
     N = config.attention.num_heads
@@ -301,7 +395,7 @@ def mlm_head(t: Tensors, embedding: np.ndarray) -> dict:
 
 class Architecture(NamedTuple):
     config: Callable[[dict], ModelConfig]
-    params: Callable[[dict, ModelConfig], dict]
+    params: Callable[[Checkpoint, ModelConfig], dict]
 
 
 ARCHITECTURES = {"gpt2": Architecture(gpt2_config, gpt2_params),
@@ -313,13 +407,41 @@ ARCHITECTURES = {"gpt2": Architecture(gpt2_config, gpt2_params),
 
 def architecture(hf: dict) -> Architecture:
     kind = hf.get("model_type")
-    if kind not in ARCHITECTURES:
+    if not isinstance(kind, str) or kind not in ARCHITECTURES:
         raise ValueError(f"config.json: model_type={kind!r} is not supported; supported: "
                          f"{', '.join(ARCHITECTURES)}")
     return ARCHITECTURES[kind]
 
 
+def mapped_params(mapping: Architecture, weights: Weights, config: ModelConfig) -> dict:
+    """The float32 parameter tree of ``config``'s model from ``weights``. The mapping runs on
+    placeholders first, so that a missing, unread or non-floating tensor, a tie between
+    tensors of two shapes, or a tensor whose shape is not the one ``config`` (config.json)
+    gives its parameter is refused, naming the tensor, before any tensor's data is read; then
+    on the data."""
+    shapes = Checkpoint(weights.headers, read=False)
+    try:
+        shaped = mapping.params(shapes, config)
+    except CheckpointError:
+        raise
+    except ValueError as error:       # NumPy's: a tensor that cannot take the model's shape
+        tensor = weights.headers[shapes.last]
+        raise ValueError(f"tensor {shapes.last!r} of shape {list(tensor.shape)} does not fit "
+                         f"the model config.json describes ({error})") from None
+    wanted = parameter_shapes(config)
+    for path, array in flatten_dict(shaped, sep="/").items():
+        if array.shape != wanted.get(path):
+            source = (f"tensor {array.source!r} gives {path}" if getattr(array, "source", None)
+                      else f"the tensors give {path}")
+            raise ValueError(f"{source} the shape {array.shape}, but config.json's model "
+                             f"needs {wanted.get(path)}")
+    return as_tree(mapping.params(Checkpoint(weights.headers, read=True), config))
+
+
 def as_tree(params: dict) -> dict:
-    """The nested parameter dict with every leaf a float32 array of its own."""
-    return unflatten_dict({key: np.array(value, np.float32)
-                           for key, value in flatten_dict(params).items()})
+    """``params`` with every leaf a float32 array of its own, replaced in place, so that a
+    tensor the mapping read is let go as its last view is replaced (at most about one copy of
+    the parameters at a time)."""
+    for key, value in params.items():
+        params[key] = as_tree(value) if isinstance(value, dict) else np.array(value, np.float32)
+    return params

@@ -9,8 +9,10 @@ that every command reads (``eval``, ``generate``, ``attention``, ``heads``, ``co
 
 The data config trains what the model's head predicts (``text`` for a decoder, ``mlm`` for an
 encoder with a masked-language head) on the built-in corpus until ``data.path`` says otherwise;
-the run is written in a temporary directory beside ``RUN`` and renamed into place, so an
-import killed midway leaves nothing that reads as a run.
+the run is written in a staging directory beside ``RUN`` and renamed into place, so an
+import killed midway leaves nothing that reads as a run: Ctrl-C and SIGTERM remove the staging
+directory on their way out, and the next import into ``RUN`` removes one a SIGKILL left.
+``imported.json`` holds the SHA-256 of every file the import read.
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 from attnjax.config import Config, DataConfig, apply_overrides, to_dict
 from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
-from attnjax.models import family
+from attnjax.interrupts import raise_interrupt
+from attnjax.models import check_same_parameters, family
 from attnjax.pretrained import load_pretrained
-from attnjax.pretrained.weights import read_config
+from attnjax.pretrained.weights import INDEX, read_config, weight_files
 from attnjax.rundir import IMPORTED, RunDir, write_json_atomic
 
 # a model's objective -> its text task
 TEXT_TASKS = {"next_token": "text", "mlm": "mlm", "embedding": "sentences"}
 PROBE_LENGTH = 128                                    # data.length, at most model.max_length
+STAGING_PREFIX = ".importing-"      # RUN's parent/.importing-RUN-<pid>: an import in progress
 
 
 def sha256(path: Path) -> str:
@@ -56,25 +62,33 @@ def imported_config(model, tokenizer: str | None, overrides=()) -> Config:
 def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
     """Write the run directory of the module docstring for the Hugging Face model in
     ``source`` at ``workdir`` (which must not exist yet) and return its config; everything
-    that can be refused is refused before anything is written."""
+    that can be refused is refused before anything is written, overrides that would change a
+    parameter's shape included. SIGTERM, like Ctrl-C, stops it with nothing written."""
     source, run = Path(source), RunDir(Path(workdir).absolute())
     if run.path.exists():
         raise ValueError(f"--workdir {str(workdir)!r} exists; an import writes a new run "
                          "directory")
     model, params = load_pretrained(source)
     tokenizer = source / "tokenizer.json"
-    if tokenizer.is_file():
-        check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
     has_tokenizer = tokenizer.is_file()
+    if has_tokenizer:
+        check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
     config = imported_config(model, str(tokenizer) if has_tokenizer else None, overrides)
+    if config.model != model:
+        check_same_parameters(model, config.model, [o for o in overrides
+                                                    if o.startswith("model.")])
     stored = json.loads(json.dumps(to_dict(config)))      # as config.json reads back
     if has_tokenizer:                                     # the run's own copy
         stored["data"]["tokenizer"] = str(run.path / "tokenizer.json")
-    files = sorted(p for p in source.iterdir()
-                   if p.suffix in (".json", ".safetensors") and p.is_file())
+    read = [source / "config.json", *weight_files(source), *([tokenizer] * has_tokenizer)]
+    if (source / INDEX).is_file():
+        read.append(source / INDEX)
     record = {"source": str(source.absolute()), "model_type": read_config(source)["model_type"],
-              "files": {p.name: sha256(p) for p in files}}
-    staging = RunDir(run.path.with_name(f".{run.path.name}.importing-{os.getpid()}"))
+              "files": {str(p.relative_to(source)): sha256(p) for p in sorted(read)}}
+    remove_stale_staging(run.path)
+    staging = RunDir(run.path.with_name(f"{STAGING_PREFIX}{run.path.name}-{os.getpid()}"))
+    previous = (signal.signal(signal.SIGTERM, raise_interrupt)
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         staging.checkpoint_dir.mkdir(parents=True)
         if has_tokenizer:
@@ -89,4 +103,15 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
         os.rename(staging.path, run.path)
     finally:
         shutil.rmtree(staging.path, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return run.config()
+
+
+def remove_stale_staging(path: Path) -> None:
+    """Remove the staging directories of imports into ``path`` whose process is gone (killed
+    by SIGKILL, which no ``finally`` survives)."""
+    for staging in path.parent.glob(f"{STAGING_PREFIX}{path.name}-*"):
+        pid = staging.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(staging, ignore_errors=True)
