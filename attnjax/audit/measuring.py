@@ -27,6 +27,7 @@ from attnjax.compilation import enable_compile_cache
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.spec import Run
 from attnjax.sweep.workers import core_shares
+from attnjax.userfiles import read_json
 
 
 def plain(value):
@@ -50,7 +51,7 @@ def stored(claim: ClaimFile, runs: list[Run], results_dir: Path) -> dict | None:
     path = results_dir / f"{claim.id}.json"
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    record = read_json(path)
     return record if record["fingerprint"] == fingerprint(claim, runs) else None
 
 
@@ -98,7 +99,7 @@ def _pin(shares) -> None:
 def _previous_seconds(claim: ClaimFile, results_dir: Path) -> float:
     """Seconds the claim's last measurement took, whatever it belonged to (0 if none)."""
     path = results_dir / f"{claim.id}.json"
-    return json.loads(path.read_text()).get("seconds", 0.0) if path.is_file() else 0.0
+    return read_json(path).get("seconds", 0.0) if path.is_file() else 0.0
 
 
 def measure_claims(claims: list[ClaimFile], own: dict[str, list[Run]], sweep_dir: SweepDir,

@@ -7,12 +7,12 @@ plots and the invocations no row comes from any more are dropped."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from attnjax.audit.report import audit_markdown
 from attnjax.rundir import write_json_atomic
+from attnjax.userfiles import read_json
 
 RECORD = "audit.json"
 
@@ -25,7 +25,7 @@ def publish(rows: list[dict], path: str | Path, *, invocation: dict, order: list
     images = path.parent / path.stem.lower()
     images.mkdir(parents=True, exist_ok=True)
     record_path = images / RECORD
-    record = (json.loads(record_path.read_text()) if record_path.is_file()
+    record = (read_json(record_path) if record_path.is_file()
               else {"invocations": [], "rows": []})
     for row in rows:
         for plot in row["plots"]:

@@ -16,7 +16,6 @@ go on; the command then exits 1.
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +29,7 @@ from attnjax.machine import describe
 from attnjax.rundir import SweepDir, write_json_atomic
 from attnjax.sweep.launch import launch_runs
 from attnjax.sweep.spec import Run
+from attnjax.userfiles import read_json
 
 
 def collect_runs(claims: list[ClaimFile]) -> tuple[list[Run], dict[str, list[Run]]]:
@@ -51,7 +51,7 @@ def spent_seconds(workdir: Path, phase: str, spent: float) -> float:
     """Wall seconds of the audit's ``phase`` (training, measuring), summed over every
     invocation (kept in ``workdir/seconds.json``), after adding this one's ``spent``."""
     path = workdir / "seconds.json"
-    totals = json.loads(path.read_text()) if path.is_file() else {}
+    totals = read_json(path) if path.is_file() else {}
     totals[phase] = totals.get(phase, 0.0) + spent
     workdir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, totals)

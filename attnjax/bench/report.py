@@ -8,10 +8,10 @@ benchmarks (or days) are not compared with each other.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnjax.analysis.figures import subplots
+from attnjax.userfiles import read_json
 
 RESULTS = Path("benchmarks/results")
 
@@ -171,7 +171,7 @@ def performance_markdown(results_dir: Path = RESULTS, out: Path = Path("docs/PER
         paths = [*results_dir.glob(f"{name}.json"), *sorted(results_dir.glob(f"{name}-*.json"))]
         if not paths:
             continue
-        results = [json.loads(path.read_text()) for path in paths]
+        results = [read_json(path) for path in paths]
         rows = [row for result in results for row in _rows(name, result)]
         machines = sorted({r.get("machine", "a machine not recorded") for r in results})
         lines += [f"## {title}", "", text, "", f"Measured on {'; '.join(machines)}.", ""]
