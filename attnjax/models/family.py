@@ -109,6 +109,8 @@ def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 def check_same_parameters(config: ModelConfig, changed: ModelConfig, overrides) -> None:
     """Refuse, in one line naming ``overrides``, a ``changed`` model config whose parameters
     differ in name or shape from those of ``config``, the model a checkpoint holds."""
+    if changed == config:
+        return
     old, new = parameter_shapes(config), parameter_shapes(changed)
     if old != new:
         name = next(n for n in sorted(old.keys() | new.keys()) if old.get(n) != new.get(n))

@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict
 
@@ -47,6 +48,21 @@ class Placeholder(np.ndarray):
 
     def __array_finalize__(self, obj):
         self.source = getattr(obj, "source", None)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """``np.concatenate`` of placeholders is the placeholder of the joined shape (nothing
+        allocated), standing for all of their tensors."""
+        if func is not np.concatenate:
+            return super().__array_function__(func, types, args, kwargs)
+        arrays, axis = args[0], kwargs.get("axis", args[1] if len(args) > 1 else 0)
+        rests = [list(a.shape) for a in arrays]
+        joined = sum(rest.pop(axis) for rest in rests)
+        if any(rest != rests[0] for rest in rests):
+            raise ValueError(f"cannot concatenate shapes {[a.shape for a in arrays]} on axis "
+                             f"{axis}")
+        shape = rests[0]
+        shape.insert(axis % (len(shape) + 1), joined)
+        return placeholder(" + ".join(a.source for a in arrays), tuple(shape))
 
 
 def placeholder(name: str, shape: tuple[int, ...]) -> Placeholder:
@@ -419,6 +435,13 @@ def mapped_params(mapping: Architecture, weights: Weights, config: ModelConfig) 
     tensors of two shapes, or a tensor whose shape is not the one ``config`` (config.json)
     gives its parameter is refused, naming the tensor, before any tensor's data is read; then
     on the data."""
+    check_shapes(mapping, weights, config)
+    return as_tree(mapping.params(Checkpoint(weights.headers, read=True), config))
+
+
+def check_shapes(mapping: Architecture, weights: Weights, config: ModelConfig) -> None:
+    """The mapping on placeholders (``mapped_params``), each parameter's shape against
+    ``config``'s model."""
     shapes = Checkpoint(weights.headers, read=False)
     try:
         shaped = mapping.params(shapes, config)
@@ -435,13 +458,13 @@ def mapped_params(mapping: Architecture, weights: Weights, config: ModelConfig) 
                       else f"the tensors give {path}")
             raise ValueError(f"{source} the shape {array.shape}, but config.json's model "
                              f"needs {wanted.get(path)}")
-    return as_tree(mapping.params(Checkpoint(weights.headers, read=True), config))
 
 
 def as_tree(params: dict) -> dict:
-    """``params`` with every leaf a float32 array of its own, replaced in place, so that a
-    tensor the mapping read is let go as its last view is replaced (at most about one copy of
-    the parameters at a time)."""
+    """``params`` with every leaf a float32 ``jax.Array`` of its own, replaced in place, so
+    that a tensor the mapping read is let go as its last view is replaced: the parameters
+    exist about once, as the checkpoint writer takes them."""
     for key, value in params.items():
-        params[key] = as_tree(value) if isinstance(value, dict) else np.array(value, np.float32)
+        params[key] = as_tree(value) if isinstance(value, dict) else jnp.array(value,
+                                                                               jnp.float32)
     return params

@@ -74,9 +74,7 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
     if has_tokenizer:
         check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
     config = imported_config(model, str(tokenizer) if has_tokenizer else None, overrides)
-    if config.model != model:
-        check_same_parameters(model, config.model, [o for o in overrides
-                                                    if o.startswith("model.")])
+    check_same_parameters(model, config.model, [o for o in overrides if o.startswith("model.")])
     stored = json.loads(json.dumps(to_dict(config)))      # as config.json reads back
     if has_tokenizer:                                     # the run's own copy
         stored["data"]["tokenizer"] = str(run.path / "tokenizer.json")

@@ -19,6 +19,7 @@ from pathlib import Path
 from attnjax.config import Config, apply_overrides, to_dict
 from attnjax.data import load_dataset
 from attnjax.experiment import load_experiment
+from attnjax.models import check_same_parameters
 from attnjax.sweep.record import entry
 from attnjax.sweep.spec import Run
 from attnjax.train.loop import evaluate
@@ -58,9 +59,11 @@ def eval_variants(experiment: str | Path, runs: list[Run]) -> list[dict]:
         if not matching:
             raise ValueError(f"eval variant {variant['label']!r}: no run matches "
                              f"{variant['run']}")
+        overrides = [f"{k}={v}" for k, v in variant.get("overrides", {}).items()]
         for length in (matching[0].config.data.length,) + matching[0].config.data.eval_lengths:
             try:
-                variant_config(matching[0].config, variant, length)
+                changed = variant_config(matching[0].config, variant, length)
+                check_same_parameters(matching[0].config.model, changed.model, overrides)
             except ValueError as error:
                 raise ValueError(f"eval variant {variant['label']!r}: {error}") from None
     return variants
