@@ -4,7 +4,8 @@ the config stored as JSON beside the state, and nothing unreadable ever restored
 A checkpoint holds a training state (step, params, optimizer state, ...) and its metadata: the
 config, and SHA-256 digests of the whole state's bytes and of its parameters'. Restores
 walk from the newest checkpoint back: one that fails to load or whose bytes do not match its
-digest is reported and skipped, so a corrupted latest checkpoint falls back to the previous
+digest is reported in one line and skipped (orbax's logs and the tracebacks its abandoned
+reads leave behind are dropped), so a corrupted latest checkpoint falls back to the previous
 good one. Saves that were killed midway stay in orbax's ``*.orbax-checkpoint-tmp``
 directories, which are never listed.
 
@@ -40,14 +41,58 @@ class CheckpointWriteError(ValueError):
     """A checkpoint could not be written (one line: the directory, the step, the cause)."""
 
 
+_ORBAX = Path(ocp.__file__).parent
+_dropping_abandoned = False     # whether a failed restore made the process drop them for good
+
+
+def _abandoned(unraisable) -> bool:
+    """Whether an error Python could not raise anywhere (``sys.unraisablehook``'s argument)
+    is one orbax leaves behind when a save or restore fails midway: it closes its asyncio
+    event loop with reads or writes still in flight, and each of them that ends later, on a
+    tensorstore thread, fails to hand its result to the closed loop ("Event loop is
+    closed"), or is dropped with its orbax coroutine, which raises its own failure again."""
+    error, source = unraisable.exc_value, unraisable.object
+    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+        return True
+    code = getattr(source, "cr_code", None)
+    return code is not None and Path(code.co_filename).is_relative_to(_ORBAX)
+
+
 def _quiet_closed_loops(hook):
-    """``sys.unraisablehook`` that drops the "Event loop is closed" errors orbax's background
-    threads leave behind after a failed save, and passes everything else to ``hook``."""
+    """``sys.unraisablehook`` that drops the errors orbax's abandoned reads and writes leave
+    behind after a failed save or restore (``_abandoned``), and passes everything else to
+    ``hook``."""
     def quiet(unraisable):
-        error = unraisable.exc_value
-        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+        if not _abandoned(unraisable):
             hook(unraisable)
     return quiet
+
+
+# what asyncio logs of a task or future dropped unfinished, or with an error nobody read: the
+# abandoned reads of a failed restore, when they are collected
+ABANDONED_TASKS = ("Task exception was never retrieved", "Future exception was never retrieved",
+                   "Task was destroyed but it is pending")
+
+
+def _not_abandoned_task(record: logging.LogRecord) -> bool:
+    """Filter of the ``asyncio`` logger: False for its reports of an abandoned task."""
+    return not str(record.msg).startswith(ABANDONED_TASKS)
+
+
+def _quiet_abandoned_reads():
+    """After a failed restore, drop what its abandoned reads leave behind (a truncated
+    checkpoint's tracebacks, hundreds of lines) for the rest of the process, so that the one
+    line reporting the checkpoint is all that is said: their errors (``_abandoned``), and
+    asyncio's reports of their tasks (``ABANDONED_TASKS``; attnjax runs no asyncio of its
+    own). They come from tensorstore's threads and the garbage collector after the restore
+    has raised, for as long as its reads in flight take (a large checkpoint's: seconds, past
+    the reader's close), so no narrower scope holds them all; nothing else is dropped.
+    Installed once."""
+    global _dropping_abandoned
+    if not _dropping_abandoned:
+        sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
+        logging.getLogger("asyncio").addFilter(_not_abandoned_task)
+        _dropping_abandoned = True
 
 
 def state_digest(state) -> str:
@@ -77,22 +122,22 @@ class Checkpoints:
                 preservation_policy=policies.AnyPreservationPolicy([
                     policies.LatestN(2),
                     policies.BestN(get_metric_fn=best, reverse=True, n=keep_best)]))
-        # orbax warns about read-only managers, and a writer's background threads log each
-        # failed save with tracebacks: the failure reaches save / wait as one line instead,
-        # so a writer keeps orbax quiet until it is closed
+        # orbax warns about read-only managers, logs each damaged checkpoint's metadata file it
+        # lists (with its content), and a writer's background threads log each failed save
+        # with tracebacks: a failure reaches save / wait / restore as one line instead, so
+        # orbax is kept quiet until the manager is closed
         self._read_only, self._pending = read_only, None   # _pending: a save not yet finished
         self._absl = logging.getLogger("absl")
         self._absl_level, self._unraisable = self._absl.level, sys.unraisablehook
         self._absl.setLevel(logging.CRITICAL)
-        if not read_only:
-            sys.unraisablehook = _quiet_closed_loops(self._unraisable)
+        self._quiet = None if read_only else _quiet_closed_loops(self._unraisable)
+        if self._quiet is not None:
+            sys.unraisablehook = self._quiet
         try:
             self.manager = self._open(Path(directory).absolute(), options)
         except BaseException:
             self._unquiet()
             raise
-        if read_only:
-            self._unquiet()
 
     def _open(self, directory: Path, options) -> ocp.CheckpointManager:
         """The manager; a reader's opening reads every checkpoint's metrics, so a writer that
@@ -107,8 +152,11 @@ class Checkpoints:
                 time.sleep(READ_PAUSE)
 
     def _unquiet(self):
+        """orbax's loggers as they were before this manager; the writer's hook is taken off
+        unless a failed restore has put ``_quiet_abandoned_reads``'s over it since."""
         self._absl.setLevel(self._absl_level)
-        sys.unraisablehook = self._unraisable
+        if self._quiet is not None and sys.unraisablehook is self._quiet:
+            sys.unraisablehook = self._unraisable
 
     def save(self, step: int, state, config_json: dict, val_loss: float):
         """Start an async save of ``state`` at ``step`` (after the previous one finished)."""
@@ -205,6 +253,7 @@ class Checkpoints:
                     meta=ocp.args.JsonRestore())).meta
                 return meta["config"]
             except Exception:  # noqa: BLE001  an unreadable one: restore reports it
+                _quiet_abandoned_reads()
                 continue
         return None
 
@@ -242,6 +291,7 @@ class Checkpoints:
                 try:
                     return restore(candidate), candidate
                 except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
+                    _quiet_abandoned_reads()
                     failed.add(candidate)
                     if candidate in self.steps() and candidate not in reported:   # not removed
                         reported.add(candidate)                                # by the writer
@@ -266,5 +316,4 @@ class Checkpoints:
         finally:
             with contextlib.suppress(Exception):     # a failed save was raised by wait
                 self.manager.close()
-            if not self._read_only:
-                self._unquiet()
+            self._unquiet()

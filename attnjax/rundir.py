@@ -36,6 +36,8 @@ from pathlib import Path
 from attnjax import locks
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
+from attnjax.outputs import saving
+from attnjax.userfiles import read_json
 
 WHICH = ("best", "latest")              # the checkpoints ``RunDir.params`` can load
 IMPORTED = "imported.json"              # the record of an imported model's run
@@ -55,8 +57,12 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     process killed midway, sees the old file or the new one, never part of one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:       # a full disk, a directory in the way: no stray half file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json_atomic(path: str | Path, data) -> None:
@@ -65,19 +71,9 @@ def write_json_atomic(path: str | Path, data) -> None:
 
 
 def _read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``, or None if there is no such file; a file that is not
-    UTF-8, not JSON or not an object is one line naming it."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error.msg}, line {error.lineno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object")
-    return data
+    """The JSON object in ``path``, or None if there is no such file; a file that is too
+    large, not UTF-8, not JSON or not an object is one line naming it (``read_json``)."""
+    return read_json(path) if path.is_file() else None
 
 
 def _checked_summary(summary: dict, path: Path) -> dict:
@@ -289,12 +285,18 @@ class RunDir:
                 for path in sorted((self.path / "evals").glob("*.json"))}
 
     def write_eval_variant(self, label: str, results: dict) -> None:
-        (self.path / "evals").mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / "evals" / f"{label}.json", results)
+        """The results of evaluation variant ``label`` (evals/<label>.json); a run that cannot
+        be written (read-only, full) is one ``NotSavedError`` line naming the file."""
+        with saving(f"evals/{label}.json", self.path):
+            (self.path / "evals").mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.path / "evals" / f"{label}.json", results)
 
     def write_eval(self, record: dict) -> None:
-        """The record of an ``attnjax eval`` (eval.json)."""
-        write_json_atomic(self.path / "eval.json", record)
+        """The record of an ``attnjax eval`` (eval.json); a run that cannot be written
+        (read-only, full, another user's) is one ``NotSavedError`` line naming the file, which
+        ``attnjax eval`` prints after its results."""
+        with saving("eval.json", self.path):
+            write_json_atomic(self.path / "eval.json", record)
 
     # ------------------------------------------------------------------------- checkpoints
 

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from attnjax.pretrained.run import import_run
 from helpers import REPO, run_cli, subprocess_env
 
 FIXTURES = REPO / "tests" / "data" / "hf"
@@ -281,7 +282,7 @@ def test_overrides_that_change_the_checkpoints_model_are_refused(tmp_path, capsy
 
 def test_a_workdir_under_a_file_or_existing_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("")
-    for workdir, fragment in ((tmp_path / "file" / "run", "Not a directory"),
+    for workdir, fragment in ((tmp_path / "file" / "run", "file' is a file, not a directory"),
                               (tmp_path, "exists")):
         code, out, err = run_cli(capsys, "import", str(FIXTURES / "llama"), "--workdir",
                                  str(workdir))
@@ -334,3 +335,28 @@ def test_signals_during_an_import_leave_nothing_and_say_so(tmp_path, capsys):
                        "nothing half-written is kept: rerun the same command to go on (a run "
                        "resumes from its last checkpoint)\n")
         assert list(workdir.parent.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def imported_run(tmp_path_factory):
+    """The llama fixture imported as a run (no training, nothing compiled)."""
+    workdir = tmp_path_factory.mktemp("hostile") / "llama"
+    import_run(FIXTURES / "llama", workdir)
+    return workdir
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["eval", "{run}", "model.d_model=64"], "model.d_model=64 change the model's parameters"),
+    (["eval", "{run}", "model.num_layers=1"], "block_1"),
+    (["attention", "{run}", "--out", "{tmp}/out", "model.attention.num_heads=2"],
+     "change the model's parameters"),
+    (["eval", "{run}", "data.path=/dev/zero"], "data.path='/dev/zero' is neither a regular file"),
+    (["eval", "{run}", "data.tokenizer={tmp}/garbage.json"], "garbage.json"),
+])
+def test_careless_flags_on_a_run_are_one_line_before_compiling(imported_run, tmp_path, capsys,
+                                                                argv, fragment):
+    (tmp_path / "garbage.json").write_text("{\"model\": 3}")
+    argv = [a.format(run=imported_run, tmp=tmp_path) for a in argv]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not (tmp_path / "out").exists()

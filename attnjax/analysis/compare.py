@@ -35,6 +35,7 @@ from attnjax.analysis.capture import attention_weights, model_arguments, probe_e
 from attnjax.config import Config
 from attnjax.nn.transformer import VOCAB_PARAMS
 from attnjax.ops.stats import cosine, js_divergence
+from attnjax.outputs import output_directory
 from attnjax.rundir import (ABSENT, WHICH, NoCheckpointError, RunDir, SweepDir, config_differences,
                             inside)
 
@@ -177,7 +178,7 @@ def _attention_skip(a: Run, b: Run, length: int) -> str | None:
 
 def comparison(a: Run, b: Run, out_dir: Path) -> dict:
     """Every part of the comparison, as data, with its PNGs written into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_directory(out_dir, "--out")
     result = {"a": a, "b": b, "notes": [*a.notes, *b.notes], "pngs": {},
               "config": config_differences(a.config_dict, b.config_dict)}
     if a.params is not None and b.params is not None:
@@ -264,7 +265,7 @@ def compare_sweep(sweep_dir, baseline, out_dir, *, which: str = "best") -> str:
         (pair_dir / "report.md").write_text(report)
         results.append({"name": entry["name"], "status": entry.get("status", "?"),
                          "result": result})
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_directory(out_dir, "--out")
     compared = [(item["name"], _stats(item["result"])) for item in results if "result" in item]
     overview = plots.sweep_overview(
         [name for name, _ in compared], [s["js"][0] if s["js"] else None for _, s in compared],

@@ -40,6 +40,7 @@ from attnjax.analysis.heatmaps import plot_head_matrix
 from attnjax.config import Config
 from attnjax.data import Dataset
 from attnjax.models import build, family, mean_pool
+from attnjax.outputs import output_directory
 from attnjax.rundir import RunDir
 
 ORDERS = ("importance", "knockout", "random")
@@ -375,7 +376,7 @@ def write_head_report(run_dir, out_dir, which: str = "best", steps: int | None =
     batches = with_references(config, params, validation_batches(config))
     base = evaluate_gates(config, params, np.ones(_shape(config)), batches)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
     delta, importance, own = _group_report(config, params, batches, steps, SELF, out, name, base)
     with open(out / "knockout.csv", "w", newline="") as f:

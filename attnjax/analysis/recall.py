@@ -37,6 +37,7 @@ from attnjax.analysis.figures import subplots
 from attnjax.analysis.heads import validation_batches
 from attnjax.config import Config
 from attnjax.models import build
+from attnjax.outputs import output_directory
 from attnjax.rundir import RunDir
 
 RECALL_TASKS = ("induction", "mqar")
@@ -205,7 +206,7 @@ def write_recall_report(run_dir, out_dir, *, which: str = "best", buckets="pow2"
                                   buckets)
     table = format_recall_table(result)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
     (out / "recall.md").write_text(f"# Accuracy by query-key distance: {name}, "
                                    f"{config.data.task}, T={config.data.length}\n\n{table}\n")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from attnjax.analysis import sweep_plots
 from attnjax.config import to_dict
+from attnjax.outputs import output_directory
 from attnjax.rundir import RunDir, SweepDir
 from attnjax.sweep.headline import checked_headline, metric_spec
 from attnjax.sweep.spec import run_name
@@ -490,7 +491,7 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> st
     several evaluation lengths) as aligned plain text for a terminal."""
     sweep = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out" if out_dir is not None else "--out (default: SWEEP_DIR)")
     write_csv(sweep, out / "results.csv")
     images = _plot_all(sweep, out)
     (out / "report.md").write_text(_markdown(sweep, images))

@@ -9,6 +9,10 @@ from attnjax.registry import LAUNCHERS
 def _audit(args) -> int:
     from attnjax.audit.runner import run_audit
     from attnjax.compilation import enable_compile_cache
+    from attnjax.outputs import output_directory, output_file
+    output_directory(args.workdir, "--workdir", create=False)    # before hours of training
+    if args.publish is not None:
+        output_file(args.publish, "--publish")
     enable_compile_cache()
     only = [i.strip() for i in args.only.split(",") if i.strip()] if args.only else None
     result = run_audit(args.claims, args.workdir, only=only, launcher=args.launcher,

@@ -91,9 +91,12 @@ def _takes_config(args) -> bool:
 
 
 def _bench(args) -> int:
+    from attnjax.outputs import output_file
     if args.overrides and not _takes_config(args):
         raise ValueError(f"bench {args.what} takes no config ({' '.join(args.overrides)}); "
                          "bench memory, generate and eval do, bench sweep an EXPERIMENT.py")
+    if args.out is not None:                 # before the benchmark, not after it
+        output_file(args.out, "--out")
     BENCHMARKS[args.what](args)
     return 0
 

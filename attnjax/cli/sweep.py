@@ -9,7 +9,9 @@ from attnjax.registry import LAUNCHERS
 
 def _sweep(args) -> int:
     from attnjax.compilation import enable_compile_cache
+    from attnjax.outputs import output_directory
     from attnjax.sweep.launch import run_sweep
+    output_directory(args.workdir, "--workdir", create=False)    # before anything is written
     enable_compile_cache()
     options = {name: getattr(args, name) for name in ("address", "cpus_per_run", "gpus_per_run")
                if getattr(args, name) is not None}

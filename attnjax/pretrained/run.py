@@ -29,6 +29,7 @@ from attnjax.config import Config, DataConfig, apply_overrides, to_dict
 from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
 from attnjax.interrupts import raise_interrupt
 from attnjax.models import check_same_parameters, family
+from attnjax.outputs import output_directory
 from attnjax.pretrained import load_pretrained
 from attnjax.pretrained.weights import INDEX, read_config, weight_files
 from attnjax.rundir import IMPORTED, RunDir, write_json_atomic
@@ -68,6 +69,7 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
     if run.path.exists():
         raise ValueError(f"--workdir {str(workdir)!r} exists; an import writes a new run "
                          "directory")
+    output_directory(run.path.parent, "--workdir", create=False)
     model, params = load_pretrained(source)
     tokenizer = source / "tokenizer.json"
     has_tokenizer = tokenizer.is_file()
