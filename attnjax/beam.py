@@ -31,6 +31,7 @@ from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.generate import check_sampling, decode_step, empty_cache
 from attnjax.translate import check_translation, encode, start
 from attnjax.translate import decode_step as translation_step
+from attnjax.train import footprint
 
 
 class Hypotheses(NamedTuple):
@@ -124,13 +125,35 @@ def beam_search(step, cache, logits, *, beams: int, num_tokens: int, eos: int | 
     return Hypotheses(tokens, scores, lengths, finished)
 
 
-def check_beams(beams: int, alpha: float) -> None:
-    """A one-line ValueError for a beam width or length penalty beam search cannot use."""
+def check_beams(beams: int, alpha: float, config=None, *, num_tokens: int = 1,
+                sources: int = 1, prompt: int = 1, params=None) -> None:
+    """A one-line ValueError for a beam width or length penalty beam search cannot use; with
+    ``config``, also for more beams than the ``vocab ** num_tokens`` distinct hypotheses of
+    ``num_tokens`` tokens, and for a search of ``sources`` prompts of ``prompt`` tokens (1:
+    BOS) that cannot fit in memory (``footprint.check_inference``: the parameters,
+    ``params``' or the config's, the KV cache of ``sources x beams`` rows, the prompt's
+    forward pass and each step's scores over the vocabulary)."""
     if not isinstance(beams, (int, np.integer)) or isinstance(beams, bool) or beams < 1:
         raise ValueError(f"beams (--beams) must be an integer >= 1, got {beams!r}")
     if not np.isfinite(alpha) or alpha < 0:
         raise ValueError(f"the length penalty alpha (--length-penalty) must be a finite number "
                          f">= 0 (0: none), got {alpha!r}")
+    if config is None:
+        return
+    V = config.model.vocab_size
+    hypotheses = V ** min(num_tokens, int(beams).bit_length())   # V**n, or past beams anyway
+    if beams > hypotheses:
+        raise ValueError(f"beams (--beams) must be at most {hypotheses} = {V}**{num_tokens}, "
+                         f"the sequences there are of {num_tokens} token(s) (--tokens) over "
+                         f"model.vocab_size={V}, got {beams}")
+    rows = sources * int(beams)
+    parts = {"KV cache": footprint.cache_bytes(config, rows),
+             "activations": footprint.forward_bytes(config, rows, prompt),
+             "scores": 2 * rows * V * 4}     # each step's float32 logits and log-probabilities
+    footprint.check_inference(
+        config, parts, f"--beams {beams}: a beam search of {rows} rows",
+        "fewer --beams (or a smaller model.max_length, the cache's slots per row)",
+        parameters=None if params is None else footprint.tree_bytes(params))
 
 
 def beam_generate(config, params, prompts, num_tokens: int, *, beams: int,
@@ -138,8 +161,9 @@ def beam_generate(config, params, prompts, num_tokens: int, *, beams: int,
     """The ``beams`` most likely continuations of ``num_tokens`` tokens of each prompt
     (``prompts`` ``[B, P]``) of a decoding family (no EOS: every hypothesis has
     ``num_tokens`` tokens)."""
-    check_beams(beams, alpha)
     prompts = check_sampling(config, prompts, num_tokens, 0.0, None, 0)
+    check_beams(beams, alpha, config, num_tokens=num_tokens, sources=prompts.shape[0],
+                prompt=prompts.shape[1], params=params)
     program = _generation_program(config, num_tokens, beams, float(alpha))
     return Hypotheses(*map(np.asarray, program(params, jnp.asarray(prompts, jnp.int32))))
 
@@ -162,8 +186,9 @@ def beam_translate(config, params, source, source_mask=None, num_tokens: int | N
     """The ``beams`` best translations of each source (``source`` ``[B, S]``) of a seq2seq
     run, at most ``num_tokens`` tokens each (default ``model.max_length - 1``); ``reorder``:
     see ``beam_search``."""
-    check_beams(beams, alpha)
     source, mask, num_tokens = check_translation(config, source, source_mask, num_tokens)
+    check_beams(beams, alpha, config, num_tokens=num_tokens, sources=source.shape[0],
+                params=params)
     program = _translation_program(config, num_tokens, beams, float(alpha), reorder)
     return Hypotheses(*map(np.asarray, program(params, source, mask)))
 

@@ -84,15 +84,16 @@ def check_sampling(config, prompts, num_tokens: int, temperature: float, top_k: 
     compiled."""
     prompts = np.asarray(prompts)
     if prompts.ndim != 2 or prompts.shape[1] == 0:
-        raise ValueError(f"prompts must be [batch, length] with length >= 1, got shape "
-                         f"{prompts.shape}")
+        raise ValueError(f"prompts (--prompt) must be [batch, length] with length >= 1, got "
+                         f"shape {prompts.shape}")
     if num_tokens < 1:
         raise ValueError(f"the number of tokens to generate (--tokens) must be >= 1, got "
                          f"{num_tokens}")
     total = prompts.shape[1] + num_tokens
     if total > config.model.max_length:
         raise ValueError(f"prompt + tokens = {total} exceeds the cache (model.max_length="
-                         f"{config.model.max_length})")
+                         f"{config.model.max_length}): a --prompt of {prompts.shape[1]} tokens "
+                         f"and --tokens {num_tokens}")
     if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature)
             and temperature >= 0):
         raise ValueError(f"temperature (--temperature) must be a finite number >= 0 (0 is "

@@ -117,10 +117,11 @@ def check_translation(config, source, source_mask=None, num_tokens: int | None =
     number of tokens ``model.max_length - 1`` by default), or a one-line ValueError naming
     what cannot be translated, before anything compiles."""
     check_translates(config)
-    num_tokens = num_tokens or config.model.max_length - 1
+    num_tokens = config.model.max_length - 1 if num_tokens is None else num_tokens
     if not 1 <= num_tokens < config.model.max_length:
-        raise ValueError(f"num_tokens={num_tokens} must be in [1, {config.model.max_length - 1}]"
-                         " (BOS and the tokens fill the cache of model.max_length)")
+        raise ValueError(f"num_tokens={num_tokens} (--tokens) must be in [1, "
+                         f"{config.model.max_length - 1}] (BOS and the tokens fill the cache of "
+                         "model.max_length)")
     source = jnp.asarray(source, jnp.int32)
     if source.ndim != 2 or source.shape[1] == 0:
         raise ValueError(f"source must be [batch, length] with length >= 1, got shape "

@@ -146,3 +146,22 @@ def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_pa
     raises_one_line(lambda: text_pairs(text, "abcd", "abce", "logit_diff:ee,f"),
                     "--metric token 'ee' is 2 tokens of this run's text, not one")
     raises_one_line(lambda: induction_pairs(text, 4), "give --clean TEXT --corrupt TEXT")
+
+
+def test_a_one_layer_run_is_patched_without_paths(tmp_path, capsys):
+    """A one-layer model has no head feeding another: head and position patching, no path
+    patching (its empty list of senders was an IndexError)."""
+    config = tiny_config(TINY_INDUCTION)
+    assert config.model.num_layers == 1
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.prepare(config)
+    checkpoints = Checkpoints(run_dir.checkpoint_dir)
+    checkpoints.save_params(0, init_params(config), to_dict(config))
+    checkpoints.close()
+    code, out, err = run_cli(capsys, "patch", str(run_dir.path), "--out", str(tmp_path / "p"),
+                             "--examples", "2")
+    assert code == 0, err
+    assert "No paths: a one-layer model" in out and "| L0.H1 |" in out
+    assert out.splitlines()[-1] == (f"wrote heads.png, heads_noising.png, positions.png, "
+                                    f"patching.md to {tmp_path / 'p'}")
+    assert not (tmp_path / "p" / "path.png").exists()

@@ -1,7 +1,7 @@
 """Probe inputs and the attention probabilities a model assigns on them.
 
 A probe is either text (its UTF-8 bytes, or its ids under the run's ``data.tokenizer``,
-truncated to the model's length)
+cut to the probe's length, which is said on stderr)
 or batch ``0`` of the validation split of the run's own data, so two checkpoints of the same
 data see the same probe; ``probe_examples`` adds the targets and their weights.
 """
@@ -9,12 +9,14 @@ data see the same probe; ``probe_examples`` adds the targets and their weights.
 from __future__ import annotations
 
 import functools
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import Config
+from attnjax.config.fields import LENGTH
 from attnjax.data import load_dataset
 from attnjax.data.encoder import FRAMED_TASKS, encoder_specials
 from attnjax.data.tokenizer import load_tokenizer
@@ -23,45 +25,75 @@ from attnjax.models.probe import capture, stream_cosines, stream_weights
 
 
 def probe_examples(config: Config, *, text: str | None = None, batch_size: int = 4,
-                   length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+                   length: int | None = None, seed: int = 0,
+                   named: str = "--text") -> dict[str, np.ndarray]:
     """A probe as a batch ``{"inputs", "targets", "weights", ...}`` ``[B, T]``: the tokens of
-    ``text`` (bytes, or the ids of ``data.tokenizer`` with its special tokens; ``B = 1``, at
-    most ``length`` tokens, default ``data.length``), each predicting the next token (the last
+    ``text`` (``text_tokens``; ``B = 1``, cut to ``length`` tokens, default ``data.length``,
+    and the cut said on stderr naming ``named``), each predicting the next token (the last
     one is not scored), or for a masked-language model ``[CLS] text
     [SEP]`` with nothing masked; or the first ``batch_size`` validation examples of the run's
     data for ``seed`` (``T = length``), with whatever else its batches hold (a padded batch's
     positions and token mask, segment ids: ``model_arguments``)."""
+    limit = "data.length" if length is None else "the probe length"
     length = length or config.data.length
     if text is not None:
-        return _text_probe(config, text, length)
+        return _text_probe(config, text, length, named, limit)
     batch = load_dataset(config.data).batch(seed, 0, batch_size, length, "val")
     return {name: np.asarray(value) for name, value in batch.items()}
 
 
-def _text_probe(config: Config, text: str, length: int) -> dict[str, np.ndarray]:
+def text_tokens(config: Config, text: str, named: str = "--text") -> np.ndarray:
+    """The tokens of ``text`` as a probe reads them, uncut: the ids of ``data.tokenizer``
+    with its special tokens, else the UTF-8 bytes, framed ``[CLS] ... [SEP]`` for a
+    masked-language model; a run that does not read text is refused naming ``named``."""
     data = config.data
     if data.task not in ("text", *FRAMED_TASKS):
-        raise ValueError(f"--text needs a text model; this run's data.task is {data.task!r} "
+        raise ValueError(f"{named} needs a text model; this run's data.task is {data.task!r} "
                          "(use --batch)")
     if data.tokenizer is not None:             # with the special tokens its template adds
-        tokens = load_tokenizer(data.tokenizer).encode(text)
-    else:
-        tokens = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
+        return load_tokenizer(data.tokenizer).encode(text)
+    tokens = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
     if data.task in FRAMED_TASKS:
-        if data.tokenizer is None:
-            specials = encoder_specials(data)
-            tokens = np.concatenate([[specials.cls], tokens[:length - 2], [specials.sep]])
-        tokens = tokens[:length]
+        specials = encoder_specials(data)
+        tokens = np.concatenate([[specials.cls], tokens, [specials.sep]])
+    return tokens
+
+
+def _text_probe(config: Config, text: str, length: int, named: str,
+                limit: str) -> dict[str, np.ndarray]:
+    data = config.data
+    tokens = text_tokens(config, text, named)
+    if tokens.size > length:
+        print(f"attnjax: {named} is {tokens.size} tokens; cut to the first {length} ({limit})",
+              file=sys.stderr)
+        framed = data.task in FRAMED_TASKS and data.tokenizer is None
+        tokens = np.append(tokens[:length - 1], tokens[-1]) if framed else tokens[:length]
+    if data.task in FRAMED_TASKS:
         return {"inputs": tokens[None, :], "targets": tokens[None, :],
                 "weights": np.zeros((1, tokens.size), np.float32),
                 "segment_ids": np.zeros((1, tokens.size), np.int32)}
-    tokens = tokens[:length]
     if tokens.size < 2:
-        raise ValueError(f"text must be at least 2 tokens long, got {tokens.size}")
+        raise ValueError(f"{named} must be at least 2 tokens long, got {tokens.size}")
     weights = np.ones(tokens.size, np.float32)
     weights[-1] = 0.0
     return {"inputs": tokens[None, :], "targets": np.append(tokens[1:], 0)[None, :],
             "weights": weights[None, :]}
+
+
+def check_probe_length(config: Config, length: int, named: str = "--length") -> None:
+    """Refuse, in one line naming ``named``, a probe ``length`` the model cannot take: past
+    ``model.max_length`` where its position encoding refuses longer inputs (a learned table
+    without interpolation), else past ``fields.LENGTH``."""
+    model = config.model
+    if length > LENGTH:
+        raise ValueError(f"{named} must be at most {LENGTH}, got {length}")
+    model.check_lengths((min(length, model.max_length),))   # what it refuses at any length
+    try:
+        model.check_lengths((length,))
+    except ValueError:                          # refused only past max_length: its positions
+        raise ValueError(f"{named} must be at most {model.max_length} (model.max_length: "
+                         f"model.position.kind={model.position.kind!r} has no positions past "
+                         f"it), got {length}") from None
 
 
 def model_arguments(config: Config, probe: dict) -> dict:

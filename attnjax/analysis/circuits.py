@@ -36,14 +36,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.analysis.capture import probe_examples
+from attnjax.analysis.capture import probe_examples, text_tokens
 from attnjax.analysis.heatmaps import plot_head_matrix, token_labels
 from attnjax.analysis.patching import (default_group, heads_where, patch, positions_where, run,
                                        run_worlds, stack)
 from attnjax.config import Config
 from attnjax.data import Dataset
 from attnjax.data.tokenizer import load_tokenizer
+from attnjax.outputs import output_directory
 from attnjax.rundir import RunDir
+from attnjax.train.footprint import check_inference, forward_bytes
 
 INPUTS = ("q", "k", "v")            # a receiver head's inputs path patching reaches
 
@@ -118,8 +120,11 @@ def path_patching(config: Config, params, source: dict, target: dict,
                   metric) -> tuple[np.ndarray, list, list]:
     """``(shares [senders, receivers, 3], senders, receivers)``: senders and receivers are
     ``(layer, head)``, every head of a layer below the last a sender, every head of a layer
-    above the first a receiver; the share is 0 where the receiver is not above the sender."""
+    above the first a receiver; the share is 0 where the receiver is not above the sender.
+    A one-layer model has no paths (no senders, no receivers)."""
     L, N = config.model.num_layers, config.model.attention.num_heads
+    if L < 2:
+        return np.zeros((0, 0, len(INPUTS))), [], []
     z = [_z(layer) for layer in range(L)]
     inputs = [f"block_{layer}.attention.{x}" for layer in range(1, L) for x in INPUTS]
     source_logits, source_z = run(config, params, source, capture=z)
@@ -173,15 +178,19 @@ def induction_pairs(config: Config, count: int, seed: int = 0) -> tuple[dict, di
 
 def text_pairs(config: Config, clean: str, corrupt: str,
                metric: str) -> tuple[dict, dict, Callable]:
-    """``(clean, corrupted, metric)`` of two texts of as many tokens and ``metric``
-    ``logit_diff:A,B`` (A and B each one token of the run's text)."""
+    """``(clean, corrupted, metric)`` of two texts of as many tokens (counted before a probe
+    cuts them to ``data.length``) and ``metric`` ``logit_diff:A,B`` (A and B each one token
+    of the run's text)."""
     kind, _, tokens = metric.partition(":")
     if kind != "logit_diff" or len(tokens.split(",")) != 2:
         raise ValueError(f"--metric {metric!r} is not logit_diff:A,B (A, B: one token each)")
-    batches = [probe_examples(config, text=text) for text in (clean, corrupt)]
-    if batches[0]["inputs"].shape != batches[1]["inputs"].shape:
-        raise ValueError(f"--clean and --corrupt must have as many tokens, got "
-                         f"{batches[0]['inputs'].shape[1]} and {batches[1]['inputs'].shape[1]}")
+    sizes = [text_tokens(config, text, flag).size
+             for text, flag in ((clean, "--clean"), (corrupt, "--corrupt"))]
+    if sizes[0] != sizes[1]:
+        raise ValueError(f"--clean and --corrupt must have as many tokens, got {sizes[0]} and "
+                         f"{sizes[1]}")
+    batches = [probe_examples(config, text=text, named=flag)
+               for text, flag in ((clean, "--clean"), (corrupt, "--corrupt"))]
     ids = []
     for token in tokens.split(","):
         encoded = (load_tokenizer(config.data.tokenizer).encode(token, special=False)
@@ -191,6 +200,22 @@ def text_pairs(config: Config, clean: str, corrupt: str,
                              "text, not one")
         ids.append(int(encoded[0]))
     return batches[0], batches[1], logit_diff(*ids)
+
+
+def check_patching(config: Config, rows: int, length: int, by_position: bool,
+                   named: str) -> None:
+    """Refuse, in one line naming ``named``, patching experiments on pairs of ``rows`` x
+    ``length`` tokens that cannot fit in memory: the logits every world of the largest
+    experiment returns (a world per layer and head, per layer and position, or with
+    ``by_position`` per layer, head and position), beside one forward pass."""
+    model = config.model
+    worlds = model.num_layers * (model.attention.num_heads * length if by_position else
+                                 max(model.attention.num_heads, length))
+    logits = worlds * rows * length * model.vocab_size * np.dtype(model.dtype).itemsize
+    check_inference(config, {"activations": forward_bytes(config, rows, length),
+                             f"the logits of {worlds} worlds": logits},
+                    f"{named}: patching {rows} x {length} tokens",
+                    "patch fewer (--examples) or shorter sequences")
 
 
 def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
@@ -203,24 +228,28 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
     ``--clean``/``--corrupt`` texts with a ``logit_diff`` metric or an induction run's own pairs
     (``induction_pairs``) with ``target_logprob``; ``by_position`` adds each head at each
     position (``heads_by_position.png``). Returns the Markdown."""
-    config, params, step = RunDir(run_dir).params(which)
+    run = RunDir(run_dir)
+    config = run.config()
     if clean is not None or corrupt is not None:
         if clean is None or corrupt is None or metric is None:
             raise ValueError("give --clean, --corrupt and --metric together")
         clean_batch, corrupt_batch, measure = text_pairs(config, clean, corrupt, metric)
+        check_patching(config, *clean_batch["inputs"].shape, by_position, "--clean/--corrupt")
         described = f"the texts {clean!r} / {corrupt!r}, metric {metric}"
     else:
+        check_patching(config, examples, config.data.length, by_position, "--examples")
         clean_batch, corrupt_batch = induction_pairs(config, examples, config.seed)
         measure = target_logprob(clean_batch)
         described = (f"{examples} induction examples, the first occurrence of the block "
                      "changed; metric: the mean log-probability of the scored targets")
+    _, params, step = run.params(which)
     recovered = head_patching(config, params, clean_batch, corrupt_batch, measure)
     lost = head_patching(config, params, corrupt_batch, clean_batch, measure)
     positions = position_patching(config, params, clean_batch, corrupt_batch, measure)
     paths, senders, receivers = path_patching(config, params, clean_batch, corrupt_batch,
                                               measure)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
     plot_head_matrix(recovered, out / "heads.png", f"{name}: share of the metric recovered by "
                      "each head's clean output in the corrupted run", diverging=True,
@@ -244,18 +273,20 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
                          f"{name}: share recovered by each head's clean output at one position",
                          rows=[head_label(lh) for lh in heads],
                          axes=("position (example 0's tokens)", "head"), **by_token)
-    columns = [f"{head_label(r)} {x}" for r in receivers for x in INPUTS]
-    plot_head_matrix(paths.reshape(len(senders), -1), out / "path.png",
-                     f"{name}: path patching, sender head -> receiver's q, k, v",
-                     diverging=True, label="recovered share", fmt="{:.2f}",
-                     rows=[head_label(s) for s in senders], columns=columns,
-                     axes=("receiver input", "sender head"))
+    if senders:
+        columns = [f"{head_label(r)} {x}" for r in receivers for x in INPUTS]
+        plot_head_matrix(paths.reshape(len(senders), -1), out / "path.png",
+                         f"{name}: path patching, sender head -> receiver's q, k, v",
+                         diverging=True, label="recovered share", fmt="{:.2f}",
+                         rows=[head_label(s) for s in senders], columns=columns,
+                         axes=("receiver input", "sender head"))
     lines = [f"# Patching: {name}", "", f"On {described}.", "",
              "| head | recovered by its clean output | lost by its corrupted output |",
              "|---|---|---|"]
     lines += [f"| {head_label(lh)} | {recovered[lh]:+.3f} | {lost[lh]:+.3f} |" for lh in heads]
     order = np.argsort(-paths.ravel(), kind="stable")[:5]
-    lines += ["", "Largest paths (sender -> receiver input: recovered share):", ""]
+    lines += ["", "Largest paths (sender -> receiver input: recovered share):" if senders else
+              "No paths: a one-layer model has no head that feeds another (no path.png).", ""]
     for index in order:
         s, r, x = np.unravel_index(index, paths.shape)
         lines.append(f"- {head_label(senders[s])} -> {head_label(receivers[r])} {INPUTS[x]}: "

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
-from attnjax.analysis.capture import (attention_weights, layer_cosines, model_arguments,
-                                      probe_examples, stream_attention)
+from attnjax.analysis.capture import (attention_weights, check_probe_length, layer_cosines,
+                                      model_arguments, probe_examples, stream_attention)
 from attnjax.analysis.diagnostics import format_head_table, head_statistics
 from attnjax.analysis.figures import subplots
 from attnjax.analysis.occlusion import (embedding_occlusion, head_mean_weights,
@@ -26,10 +26,12 @@ from attnjax.data.encoder import SPECIAL_TOKENS, encoder_specials
 from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
 from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.data.tokenizer import load_tokenizer
-from attnjax.models import family
+from attnjax.models import check_same_parameters, family
 from attnjax.ops import stats as stats_ops
+from attnjax.outputs import output_directory
 from attnjax.registry import TASKS
 from attnjax.rundir import RunDir
+from attnjax.train.footprint import check_inference, forward_bytes, weights_bytes
 
 VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
@@ -320,21 +322,35 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
         raise ValueError(f"length must be >= 2, got {length}")
     if draws < 1:
         raise ValueError(f"draws must be >= 1, got {draws}")
-    config, params, step = RunDir(run_dir).params(which)
-    if overrides:
-        config = apply_overrides(config, overrides)
+    run = RunDir(run_dir)
+    stored = run.config()
+    config = apply_overrides(stored, overrides) if overrides else stored
+    check_same_parameters(stored.model, config.model, overrides)
     if occlusion and _objective(config) not in ("next_token", "embedding"):
         raise ValueError(f"--occlusion needs a next-token model or one that outputs hidden "
                          f"states (model.classifier='hidden'); this run trains "
                          f"{_objective(config)!r}")
     if length is not None:
-        config.model.check_lengths((length,))       # e.g. a learned table has max_length rows
-    probe = probe_examples(config, text=text, batch_size=batch or 4, length=length)
+        check_probe_length(config, length)          # e.g. a learned table has max_length rows
+    if text is not None:                            # tokenised first: its length is known
+        probe = probe_examples(config, text=text, length=length)
+        rows, T = probe["inputs"].shape
+    else:                                           # checked first: built only if it fits
+        rows, T = batch or 4, length or config.data.length
+    asked = [f"--{name} {value}" for name, value in (("batch", batch), ("length", length))
+             if value is not None]
+    check_inference(config, {"activations": forward_bytes(config, rows, T),
+                             "every layer's weights": weights_bytes(config, rows, T)},
+                    f"{' '.join(asked or ['the probe'])}: attention on {rows} x {T} tokens",
+                    "probe fewer (--batch) or shorter (--length, --text) sequences")
+    if text is None:
+        probe = probe_examples(config, batch_size=rows, length=length)
+    _, params, step = run.params(which)
     tokens, arguments = probe["inputs"], model_arguments(config, probe)
     weights = attention_weights(config, params, tokens, arguments)[:, 0]   # [layers, heads, T, T]
     labels = token_labels(tokens[0], config.data)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
     for layer in range(weights.shape[0]):
         for head in range(weights.shape[1]):

@@ -26,7 +26,9 @@ from attnjax.analysis.heatmaps import token_labels
 from attnjax.config import Config
 from attnjax.models.probe import capture_streams
 from attnjax.nn.transformer import Readout
+from attnjax.outputs import output_directory
 from attnjax.rundir import RunDir
+from attnjax.train.footprint import check_inference, forward_bytes
 
 READ_OUT = ("final_norm", "embed", "unembed")      # the decoder parameters the readout uses
 
@@ -95,15 +97,21 @@ def plot_logit_lens(result: dict, inputs: list[str], top: list[list[str]], path,
 def write_lens_report(run_dir, out_dir, text: str, which: str = "best") -> str:
     """``lens.png`` and ``lens.md`` of the run's checkpoint on ``text``; returns the
     Markdown."""
-    config, params, step = RunDir(run_dir).params(which)
+    run = RunDir(run_dir)
+    config = run.config()
     check_lens(config)
     tokens = probe_examples(config, text=text)["inputs"]
+    model, T = config.model, tokens.shape[1]
+    check_inference(config, {"activations": forward_bytes(config, 1, T),
+                             "every layer's readout": model.num_layers * T * model.vocab_size * 4},
+                    f"--text: the logit lens on {T} tokens", "give a shorter --text")
+    _, params, step = run.params(which)
     result = logit_lens(config, params, tokens)
     labels = token_labels(tokens[0], config.data)
     top = [[token_labels(ids[:1], config.data)[0] for ids in layer]
            for layer in result["top_ids"]]
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
     plot_logit_lens(result, labels, top, out / "lens.png", f"{name}: logit lens")
     L = result["target_prob"].shape[0]

@@ -3,13 +3,32 @@
 
 from __future__ import annotations
 
-from attnjax.cli.arguments import add_checkpoint, add_command
+from pathlib import Path
+
+from attnjax.cli.arguments import add_checkpoint, add_command, check_range, utf8_text
+from attnjax.config.fields import INT32, LENGTH
+
+
+def out_checked_first(handler):
+    """``handler`` after its ``--out`` is checked to be a directory it could write into
+    (nothing is written): a file, a path under a file or a read-only place is refused in one
+    line before any work."""
+    def run(args) -> int:
+        from attnjax.outputs import output_directory
+        output_directory(args.out, "--out", create=False)
+        return handler(args)
+    return run
 
 
 def _attention(args) -> int:
     from attnjax.analysis.heatmaps import write_attention_report
     if args.text is not None and args.batch is not None:
         raise ValueError("give --text or --batch, not both")
+    utf8_text("--text", args.text)
+    if args.batch is not None:
+        check_range("--batch", args.batch, 1, INT32)
+    if args.length is not None:      # the model's own bound (and the memory) once it is read
+        check_range("--length", args.length, 2, LENGTH)
     if args.draws is not None and not args.occlusion:
         raise ValueError("--draws is read only with --occlusion")
     print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
@@ -50,11 +69,15 @@ def add_attention(commands) -> None:
                            "occlusion.png and print the median Spearman rho")
     attention.add_argument("--draws", type=int, default=None, metavar="N",
                            help="with --occlusion: random replacements per key (default: 8)")
-    attention.set_defaults(run=_attention)
+    attention.set_defaults(run=out_checked_first(_attention))
 
 
 def _heads(args) -> int:
     from attnjax.analysis.heads import write_head_report
+    from attnjax.rundir import RunDir
+    if args.steps is not None:       # a removal of heads per step: at most every head
+        model = RunDir(args.workdir).config().model
+        check_range("--steps", args.steps, 1, model.num_layers * model.attention.num_heads)
     print(write_head_report(args.workdir, args.out, which=args.checkpoint, steps=args.steps))
     print(f"wrote knockout, importance, pruning and head-similarity tables and plots to "
           f"{args.out}")
@@ -73,11 +96,20 @@ def add_heads(commands) -> None:
     add_checkpoint(heads)
     heads.add_argument("--steps", type=int, default=None, metavar="N",
                        help="points on the pruning curve (default: one per head, at most 10)")
-    heads.set_defaults(run=_heads)
+    heads.set_defaults(run=out_checked_first(_heads))
 
 
 def _recall(args) -> int:
     from attnjax.analysis.recall import write_recall_report
+    from attnjax.rundir import RunDir
+    from attnjax.train import footprint
+    if args.batches is not None:     # all of them held at once: their inputs and targets
+        check_range("--batches", args.batches, 1, INT32)
+        config = RunDir(args.workdir).config()
+        held = args.batches * config.train.eval_batch_size * config.data.length * 2 * 4
+        footprint.check_inference(config, {"batches": held},
+                                  f"--batches {args.batches}: scoring {args.batches} batches",
+                                  "score fewer --batches")
     print(write_recall_report(args.workdir, args.out, which=args.checkpoint,
                               buckets=args.buckets, batches=args.batches))
     print(f"wrote recall.md, recall.csv and recall.png to {args.out}")
@@ -102,7 +134,7 @@ def add_recall(commands) -> None:
     recall.add_argument("--batches", type=int, default=None, metavar="N",
                         help="validation batches to score (default: train.eval_batches)")
     add_checkpoint(recall)
-    recall.set_defaults(run=_recall)
+    recall.set_defaults(run=out_checked_first(_recall))
 
 
 def _compare(args) -> int:
@@ -135,11 +167,12 @@ def add_compare(commands) -> None:
     compare.add_argument("--out", required=True, metavar="DIR",
                          help="directory to write the comparison into")
     add_checkpoint(compare)
-    compare.set_defaults(run=_compare)
+    compare.set_defaults(run=out_checked_first(_compare))
 
 
 def _lens(args) -> int:
     from attnjax.analysis.lens import write_lens_report
+    utf8_text("--text", args.text)
     print(write_lens_report(args.workdir, args.out, args.text, which=args.checkpoint))
     print(f"wrote lens.png and lens.md to {args.out}")
     return 0
@@ -159,17 +192,21 @@ def add_lens(commands) -> None:
     lens.add_argument("--out", required=True, metavar="DIR", help="where to write the "
                       "picture and the table")
     add_checkpoint(lens)
-    lens.set_defaults(run=_lens)
+    lens.set_defaults(run=out_checked_first(_lens))
 
 
 def _patch(args) -> int:
     from attnjax.analysis.circuits import write_patch_report
+    for flag in ("--clean", "--corrupt", "--metric"):
+        utf8_text(flag, getattr(args, flag[2:]))
+    check_range("--examples", args.examples, 1, INT32)
     print(write_patch_report(args.workdir, args.out, clean=args.clean, corrupt=args.corrupt,
                              metric=args.metric, examples=args.examples,
                              which=args.checkpoint, by_position=args.by_position))
     pictures = "heads.png, heads_noising.png, " + ("heads_by_position.png, "
                                                      if args.by_position else "")
-    print(f"wrote {pictures}positions.png, path.png and patching.md to {args.out}")
+    paths = "path.png, " if (Path(args.out) / "path.png").is_file() else ""
+    print(f"wrote {pictures}positions.png, {paths}patching.md to {args.out}")
     return 0
 
 
@@ -199,4 +236,4 @@ def add_patch(commands) -> None:
                           help="also patch each head at each position alone "
                           "(heads_by_position.png)")
     add_checkpoint(patching)
-    patching.set_defaults(run=_patch)
+    patching.set_defaults(run=out_checked_first(_patch))

@@ -1,6 +1,7 @@
 """What the commands' parsers share: ``add_command`` (a command with its one-line summary and
 its description), the help of config overrides and of ``--checkpoint``, the number types of
-options, and ``RegistryNames``, a registry's names as argparse choices."""
+options and the checks of their values (``check_range``, ``utf8_text``), and
+``RegistryNames``, a registry's names as argparse choices."""
 
 from __future__ import annotations
 
@@ -37,6 +38,23 @@ def check_range(flag: str, value: int, low: int, high: int) -> None:
     """Refuse ``value`` of option ``flag`` outside ``[low, high]`` in one line."""
     if not low <= value <= high:
         raise ValueError(f"{flag} must be in [{low}, {high}], got {value}")
+
+
+def utf8_text(flag: str, text: str | None) -> str | None:
+    """``text`` of option ``flag`` (None stays None), or a one-line ValueError naming ``flag``
+    where it is not UTF-8: argv that is not UTF-8 reaches Python as lone surrogates
+    (``surrogateescape``), which neither a tokenizer nor ``str.encode`` takes."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        what = (f"the byte 0x{code - 0xDC00:02x}, not UTF-8" if 0xDC80 <= code <= 0xDCFF
+                else f"the lone surrogate U+{code:04X}")
+        raise ValueError(f"{flag} must be UTF-8 text; its character {error.start} is {what}"
+                         ) from None
+    return text
 
 
 def non_negative(text: str) -> float:

@@ -4,8 +4,10 @@ from it."""
 from __future__ import annotations
 
 import math
+import sys
 
-from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command, check_range
+from attnjax.cli.arguments import (OVERRIDES, add_checkpoint, add_command, check_range,
+                                   utf8_text)
 from attnjax.config.fields import LENGTH
 
 
@@ -55,18 +57,23 @@ def add_train(commands) -> None:
 
 
 def _eval(args) -> int:
+    """Print the evaluation of a run's checkpoint and keep it in RUN/eval.json. A run it cannot
+    write into (read-only, full, another user's) still has its checkpoint read and evaluated:
+    the results are printed, one line on stderr says eval.json was not saved, and the exit
+    status is 0 (the evaluation was done and shown)."""
     from attnjax.config import apply_overrides
     from attnjax.data import Dataset
-    from attnjax.models import family
+    from attnjax.models import check_same_parameters, family
+    from attnjax.outputs import NotSavedError
     from attnjax.rundir import RunDir
     from attnjax.train import evaluate, footprint
     from attnjax.train.strided import strided_options
     for length in args.lengths or ():
         check_range("--lengths", length, 1, LENGTH)
     run_dir = RunDir(args.workdir)
-    config = run_dir.config()
-    if args.overrides:
-        config = apply_overrides(config, args.overrides)
+    stored = run_dir.config()
+    config = apply_overrides(stored, args.overrides) if args.overrides else stored
+    check_same_parameters(stored.model, config.model, args.overrides)
     lengths = args.lengths or [config.data.length, *config.data.eval_lengths]
     strided = strided_options(config.data.length, args.window, args.stride, args.score_last,
                               causal=config.model.causal)
@@ -87,10 +94,13 @@ def _eval(args) -> int:
     for length, r in results.items():
         print(f"{length:>8} {r['loss']:>10.4f} {r['accuracy']:>10.4f}"
               + (f" {math.exp(min(r['loss'], 700.0)):>11.3f}" if perplexity else ""))
-    run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
-                        "overrides": args.overrides, "train_mode": args.train_mode,
-                        **({"strided": windows} if windows else {}),
-                        "results": {str(k): v for k, v in results.items()}})
+    try:
+        run_dir.write_eval({"checkpoint": args.checkpoint, "step": step,
+                            "overrides": args.overrides, "train_mode": args.train_mode,
+                            **({"strided": windows} if windows else {}),
+                            "results": {str(k): v for k, v in results.items()}})
+    except NotSavedError as error:
+        print(f"attnjax: {error}: the results above are not kept", file=sys.stderr)
     return 0
 
 
@@ -148,6 +158,7 @@ def _generate(args) -> int:
     from attnjax.models import family
     from attnjax.rundir import RunDir
     from attnjax.translate import check_translation, translate
+    utf8_text("--prompt", args.prompt)
     run_dir = RunDir(args.workdir)
     config = run_dir.config()
     objective = family(config.model).objective(config.model)
@@ -156,14 +167,16 @@ def _generate(args) -> int:
                          f"model.family='seq2seq'), got data.task={config.data.task!r}")
     encode, text = _text_codec(config.data)
     prompt = encode(args.prompt)
-    if args.beams is not None:
-        check_beams(args.beams, args.length_penalty)
     if objective == "seq2seq":                  # the prompt is the source, then EOS
         eos = seq2seq_specials(config.model.vocab_size).eos
         source, _, tokens = check_translation(config, [prompt + [eos]], None,
                                               min(args.tokens, config.model.max_length - 1))
     else:
         check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
+        tokens = args.tokens
+    if args.beams is not None:                  # the hypotheses there are, the memory
+        check_beams(args.beams, args.length_penalty, config, num_tokens=tokens,
+                    prompt=1 if objective == "seq2seq" else len(prompt))
     _, params, _ = run_dir.params(args.checkpoint)    # after the checks: nothing loaded yet
     if args.beams is not None:
         found = (beam_translate(config, params, source, None, tokens, beams=args.beams,

@@ -1,6 +1,7 @@
-"""The memory a training run or an evaluation needs at least, from shapes alone, and the check
-``attnjax train`` and ``attnjax eval`` make with it before anything is allocated or written
-(``check_training``, ``check_evaluation``): a one-line ``ValueError`` with the estimated and
+"""The memory a training run, an evaluation or an inference needs at least, from shapes alone,
+and the check ``attnjax train`` and ``attnjax eval`` make with it before anything is allocated
+or written (``check_training``, ``check_evaluation``), and the other commands with
+``check_inference`` (a probe, a beam search): a one-line ``ValueError`` with the estimated and
 the available bytes.
 
 The estimate is a lower bound, so that nothing that fits is refused, and costs one
@@ -14,7 +15,10 @@ The estimate is a lower bound, so that nothing that fits is refused, and costs o
   for the rows of one device's micro-batch in training and of one evaluation forward pass
   (``eval_chunk_rows``: at most 1024 tokens, one row at least) at every evaluated length;
 - the logits of those rows (rows x T x vocab, compute dtype) and an evaluation's batches
-  (inputs and targets as int32, all stacked before its one dispatch).
+  (inputs and targets as int32, all stacked before its one dispatch);
+- an inference's own parts (``check_inference``): every layer's attention weights a probe
+  returns (``weights_bytes``), a KV cache of ``model.max_length`` slots per row
+  (``cache_bytes``).
 
 Memory available: an accelerator's per-device limit (``memory_stats()['bytes_limit']``), else
 the host's MemAvailable plus SwapFree (``/proc/meminfo``; ``os.sysconf`` where there is none).
@@ -70,6 +74,22 @@ def forward_bytes(config: Config, rows: int, length: int) -> int:
         width = 4 if model.attention.logits_dtype == "float32" else min(4, compute)
         scores = rows * model.attention.num_heads * length * length * width
     return scores + rows * length * model.vocab_size * compute
+
+
+def weights_bytes(config: Config, rows: int, length: int) -> int:
+    """Bytes of every layer's attention weights of ``rows`` sequences of ``length`` tokens, as
+    a probe returns them (``[layers, rows, heads, T, T]`` float32)."""
+    model = config.model
+    return model.num_layers * rows * model.attention.num_heads * length * length * 4
+
+
+def cache_bytes(config: Config, rows: int) -> int:
+    """Bytes of the KV cache of ``rows`` sequences: every layer's keys and values at
+    ``model.max_length`` slots, in the compute dtype (``nn.attention``'s ``cached_key`` and
+    ``cached_value``)."""
+    model = config.model
+    width = model.attention.kv_heads * (model.head_dim + model.value_head_dim)
+    return rows * model.num_layers * model.max_length * width * np.dtype(model.dtype).itemsize
 
 
 def evaluation_bytes(config: Config, length: int, devices: int = 1,
@@ -153,8 +173,18 @@ def check_evaluation(config: Config, lengths, window: int | None = None,
     params, _ = state_bytes(config)
     devices = jax.device_count()
     for length in lengths:
-        needs = {"parameters": params,
-                 "batches and activations": evaluation_bytes(config, length, devices, window)}
-        _refuse_beyond(needs, f"{named} {length}: evaluating at length {length}",
-                       "evaluate at shorter lengths, or with train.eval_kernel=chunked (its "
-                       "scores are blocks)")
+        parts = {"batches and activations": evaluation_bytes(config, length, devices, window)}
+        check_inference(config, parts, f"{named} {length}: evaluating at length {length}",
+                        "evaluate at shorter lengths, or with train.eval_kernel=chunked (its "
+                        "scores are blocks)", parameters=params)
+
+
+def check_inference(config: Config, parts: dict[str, int], what: str, advice: str, *,
+                    parameters: int | None = None) -> None:
+    """Refuse, in one line, an inference of ``config`` (``what``: the options that ask for it;
+    ``advice``: what to change) that cannot fit in one device's memory: its parameters
+    (``parameters`` bytes, default ``state_bytes``') and ``parts`` beside them (a part's name
+    -> bytes: ``forward_bytes``, ``weights_bytes``, ``cache_bytes``, ...)."""
+    if parameters is None:
+        parameters, _ = state_bytes(config)
+    _refuse_beyond({"parameters": parameters, **parts}, what, advice)
