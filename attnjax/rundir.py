@@ -11,7 +11,7 @@
       eval.json                   the last ``attnjax eval``: checkpoint, step, overrides, results
       error.txt                   traceback of a sweep run that failed
       imported.json               an imported model's source (``attnjax.pretrained.run``)
-      tokenizer.json              its tokenizer (``data.tokenizer``)
+      tokenizer.json              its tokenizer (``data.tokenizer``, kept relative to RUN)
     SWEEP/                        a sweep directory (``SweepDir``)
       .writer.lock                held by the sweep's driver (``writing``)
       sweep.json                  the sweep's record (``attnjax.sweep.record``)
@@ -21,7 +21,9 @@ One process writes a run or sweep directory at a time (``attnjax.locks``); reade
 lock. Files are replaced atomically (a temporary file, then ``os.replace``), so a reader never
 sees half of one, or appended to (metrics.jsonl, whose torn last line, cut short by a kill, is
 the end of the file). A run's identity is its config, stored in config.json and with every
-checkpoint: a writer with another config is refused against either.
+checkpoint: a writer with another config is refused against either. No path a run keeps
+names its own directory: a file of its own is named relative to it (``RunDir.stored``), so a
+run directory can be moved or copied and still read, and resumed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from attnjax.userfiles import read_json
 WHICH = ("best", "latest")              # the checkpoints ``RunDir.params`` can load
 IMPORTED = "imported.json"              # the record of an imported model's run
 RECENT_SECONDS = 120                    # metrics written this recently + no summary = running
+OWN_PATHS = (("data", "tokenizer"),)    # config fields that may name a file of the run itself
 
 
 class _Absent:
@@ -159,12 +162,30 @@ class RunDir:
         return data
 
     def config(self) -> Config:
-        """The stored config; fields added since the run started take their defaults."""
+        """The stored config; fields added since the run started take their defaults; a path
+        field kept relative to the run (``stored``) names its file wherever the run now is."""
         data = self.config_dict()
+        for section, key in OWN_PATHS:
+            value = data.get(section, {}).get(key) if isinstance(data.get(section), dict) else None
+            if isinstance(value, str) and not Path(value).is_absolute() and (
+                    self.path / value).is_file():
+                data[section][key] = str(self.path.absolute() / value)
         try:
             return from_dict(Config, data)
         except ValueError as error:
             raise ValueError(f"{self.path / 'config.json'}: {error}") from None
+
+    def stored(self, config: Config | dict) -> dict:
+        """``config`` as config.json and the checkpoints keep it: JSON as it reads back
+        (``_normalised``), each path field (``OWN_PATHS``) that names a file inside this run
+        directory written relative to it, so that the run can be moved or copied."""
+        data, root = _normalised(config), self.path.absolute()
+        for section, key in OWN_PATHS:
+            value = data[section].get(key)
+            if isinstance(value, str) and Path(value).is_absolute() and Path(
+                    value).is_relative_to(root):
+                data[section][key] = str(Path(value).relative_to(root))
+        return data
 
     def writing(self):
         """The run's writer lock, held for a ``with`` block (``attnjax.locks.hold``)."""
@@ -175,9 +196,9 @@ class RunDir:
         the one its checkpoints were saved with; ``store=False`` (the other processes of a
         multi-process run): only check. A directory holding metrics of a run with neither a
         config nor a checkpoint (another program's files) is refused."""
-        as_json = _normalised(config)
+        as_json = self.stored(config)
         if self.exists():
-            self._check_same(to_dict(self.config()), as_json, "")
+            self._check_same(self.config(), as_json, "")
         if self.has_checkpoint():
             stored = self._checkpoint_config()
             if stored is not None:
@@ -202,9 +223,9 @@ class RunDir:
             with contextlib.suppress(OSError):
                 probe.unlink(missing_ok=True)
 
-    def _check_same(self, stored: dict, wanted: dict, where: str):
+    def _check_same(self, stored: Config | dict, wanted: dict, where: str):
         changed = [f"{key}: {a!r} -> {b!r}"
-                   for key, a, b in config_differences(_normalised(stored), wanted)]
+                   for key, a, b in config_differences(self.stored(stored), wanted)]
         if changed:
             raise ValueError(f"workdir {str(self.path)!r} holds a run with another config "
                              f"({where}{'; '.join(changed[:3])}); use a new --workdir")

@@ -264,3 +264,24 @@ def test_eval_scores_text_under_the_tokenizer_with_its_perplexity(imported, caps
         perplexity)
     code, out, err = run_cli(capsys, "eval", str(imported["bert_mlm"].path), "--lengths", "16")
     assert code == 0 and out.splitlines()[-2].split() == ["length", "val", "loss", "accuracy"]
+
+
+def test_an_imported_run_copied_elsewhere_reads_its_own_tokenizer(imported, tmp_path, capsys):
+    """The run keeps its tokenizer relative to itself: a copy is read where it is, with the
+    original out of reach."""
+    original = imported["gpt2"].path
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(original, copy)
+    assert json.loads((copy / "config.json").read_text())["data"]["tokenizer"] == (
+        "tokenizer.json")
+    away = original.with_name("gpt2-away")
+    original.rename(away)
+    try:
+        assert RunDir(copy).config().data.tokenizer == str(copy / "tokenizer.json")
+        code, out, err = run_cli(capsys, "generate", str(copy), "--prompt", SENTENCE[:12],
+                                 "--tokens", "3", "--temperature", "0")
+        assert code == 0 and out.startswith(SENTENCE[:12]), err
+        code, out, err = run_cli(capsys, "eval", str(copy))
+        assert code == 0 and "perplexity" in out, err
+    finally:
+        away.rename(original)

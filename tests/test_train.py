@@ -253,7 +253,8 @@ def test_sigkill_then_rerun_continues_bit_identically(uninterrupted, tmp_path, c
     chex.assert_trees_all_equal(params, expected)     # bit-identical
 
 
-def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path, capsys):
+def test_sigterm_saves_then_exits_cleanly_and_resumes_where_it_was_moved(uninterrupted, tmp_path,
+                                                                         capsys):
     experiment, reference = uninterrupted
     workdir = tmp_path / "run"
     args = ("train", str(experiment), "--workdir", str(workdir), "--no-progress")
@@ -267,9 +268,13 @@ def test_sigterm_saves_then_exits_cleanly_and_resumes(uninterrupted, tmp_path, c
     listing = Checkpoints(workdir / "ckpt")
     assert 60 <= stopped < 200 and listing.steps()[-1] == stopped
     listing.close()
-    code, _, err = run_cli(capsys, *args)
+    moved = tmp_path / "moved" / "elsewhere"          # a run directory moves with its run
+    moved.parent.mkdir()
+    workdir.rename(moved)
+    code, _, err = run_cli(capsys, "train", str(experiment), "--workdir", str(moved),
+                           "--no-progress")
     assert code == 0, err[-2000:]
-    params, _ = final_params(workdir, tiny())
+    params, _ = final_params(moved, tiny())
     chex.assert_trees_all_equal(params, final_params(reference, tiny())[0])
 
 

@@ -18,14 +18,13 @@ directory on their way out, and the next import into ``RUN`` removes one a SIGKI
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
 import threading
 from pathlib import Path
 
-from attnjax.config import Config, DataConfig, apply_overrides, to_dict
+from attnjax.config import Config, DataConfig, apply_overrides
 from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
 from attnjax.interrupts import raise_interrupt
 from attnjax.models import check_same_parameters, family
@@ -77,9 +76,9 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
         check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
     config = imported_config(model, str(tokenizer) if has_tokenizer else None, overrides)
     check_same_parameters(model, config.model, [o for o in overrides if o.startswith("model.")])
-    stored = json.loads(json.dumps(to_dict(config)))      # as config.json reads back
-    if has_tokenizer:                                     # the run's own copy
-        stored["data"]["tokenizer"] = str(run.path / "tokenizer.json")
+    stored = run.stored(config)
+    if has_tokenizer:          # the run's own copy, named relative to RUN (RunDir.stored)
+        stored["data"]["tokenizer"] = "tokenizer.json"
     read = [source / "config.json", *weight_files(source), *([tokenizer] * has_tokenizer)]
     if (source / INDEX).is_file():
         read.append(source / INDEX)

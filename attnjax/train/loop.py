@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax import distributed
-from attnjax.config import Config, to_dict
+from attnjax.config import Config
 from attnjax.data import Dataset, load_dataset
 from attnjax.models import family
 from attnjax.rundir import RunDir
@@ -380,7 +380,8 @@ def _run_lockstep(configs, run_dirs, checkpoints, states, start, runner, dataset
                 with phases("checkpoints"):
                     for r in runs:
                         checkpoints[r].save(step, _unstack(runner.unplace(state), r, group),
-                                            to_dict(configs[r]), records[r]["val_loss"])
+                                            run_dirs[r].stored(configs[r]),
+                                            records[r]["val_loss"])
     with phases("checkpoints"):
         for ckpt in checkpoints:
             ckpt.wait()
