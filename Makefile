@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo info bench minilm clean
+.PHONY: install test check lint demo info bench minilm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=15
+
+# the quick tier before each commit (exactness, configs, refusals; about 2.5 minutes cold)
+check: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnjax tests experiments

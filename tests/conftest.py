@@ -93,8 +93,27 @@ SLOWEST_FIRST = ("test_ray.py", "test_nn.py", "test_sweep.py", "test_claims.py",
                  "test_analysis.py", "test_seq2seq.py", "test_padding.py")
 
 
+# The quick tier, ``make check`` (``pytest -m quick``): what a person runs before each commit,
+# about 2.5 minutes cold on 2 cores: every kernel and position encoding against its
+# references, the model families' shapes and knobs, configs and experiments, run-directory
+# integrity, and the refusals of hostile files and careless input. ``make test`` (CI) runs
+# these and everything else: training, resuming, sweeps on every launcher, several devices
+# and processes, analysis, benchmarks, the claims.
+QUICK = ("test_attention.py", "test_masks.py", "test_positions.py", "test_masked_fill.py",
+         "test_head_shapes.py", "test_quantize.py", "test_regularizers.py", "test_padding.py",
+         "test_cross_attention.py", "test_models.py", "test_model_knobs.py", "test_data.py",
+         "test_config.py", "test_experiments.py", "test_limits.py", "test_layers.py",
+         "test_pretrained.py", "test_rundir.py", "test_run_integrity.py",
+         "test_damaged_runs.py", "test_hostile.py", "test_careless_input.py", "test_docs.py",
+         "test_cli.py", "test_cli_help.py", "test_cli_functions.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Put the tests of ``SLOWEST_FIRST``'s files first, in its order; the rest keep theirs
-    (every worker sorts the same collection the same way, as pytest-xdist requires)."""
+    """Mark the tests of ``QUICK``'s files ``quick``; put the tests of ``SLOWEST_FIRST``'s
+    files first, in its order, the rest keeping theirs (every worker sorts the same collection
+    the same way, as pytest-xdist requires)."""
+    for item in items:
+        if item.path.name in QUICK:
+            item.add_marker(pytest.mark.quick)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
