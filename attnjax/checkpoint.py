@@ -42,7 +42,7 @@ class CheckpointWriteError(ValueError):
 
 
 _ORBAX = Path(ocp.__file__).parent
-_dropping_abandoned = False     # whether a failed restore made the process drop them for good
+_dropping_abandoned = False     # whether a restore made the process drop them for good
 
 
 def _abandoned(unraisable) -> bool:
@@ -80,14 +80,14 @@ def _not_abandoned_task(record: logging.LogRecord) -> bool:
 
 
 def _quiet_abandoned_reads():
-    """After a failed restore, drop what its abandoned reads leave behind (a truncated
-    checkpoint's tracebacks, hundreds of lines) for the rest of the process, so that the one
-    line reporting the checkpoint is all that is said: their errors (``_abandoned``), and
-    asyncio's reports of their tasks (``ABANDONED_TASKS``; attnjax runs no asyncio of its
-    own). They come from tensorstore's threads and the garbage collector after the restore
-    has raised, for as long as its reads in flight take (a large checkpoint's: seconds, past
-    the reader's close), so no narrower scope holds them all; nothing else is dropped.
-    Installed once."""
+    """From a process's first restore on, drop what the abandoned reads of a failed one leave
+    behind (a truncated checkpoint's tracebacks, hundreds of lines) for the rest of the
+    process, so that the one line reporting the checkpoint is all that is said: their errors
+    (``_abandoned``), and asyncio's reports of their tasks (``ABANDONED_TASKS``; attnjax runs
+    no asyncio of its own). They come from tensorstore's threads and the garbage collector,
+    from before the failed restore has raised (a race with the main thread) for as long as
+    its reads in flight take (a large checkpoint's: seconds, past the reader's close), so no
+    narrower scope holds them all; nothing else is dropped. Installed once."""
     global _dropping_abandoned
     if not _dropping_abandoned:
         sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
@@ -153,7 +153,7 @@ class Checkpoints:
 
     def _unquiet(self):
         """orbax's loggers as they were before this manager; the writer's hook is taken off
-        unless a failed restore has put ``_quiet_abandoned_reads``'s over it since."""
+        unless a restore has put ``_quiet_abandoned_reads``'s over it since."""
         self._absl.setLevel(self._absl_level)
         if self._quiet is not None and sys.unraisablehook is self._quiet:
             sys.unraisablehook = self._unraisable
@@ -247,13 +247,13 @@ class Checkpoints:
     def saved_config(self) -> dict | None:
         """The config (as JSON) the newest checkpoint whose metadata reads was saved with;
         None without one."""
+        _quiet_abandoned_reads()
         for candidate in reversed(self.steps()):
             try:
                 meta = self.manager.restore(candidate, args=ocp.args.Composite(
                     meta=ocp.args.JsonRestore())).meta
                 return meta["config"]
             except Exception:  # noqa: BLE001  an unreadable one: restore reports it
-                _quiet_abandoned_reads()
                 continue
         return None
 
@@ -281,6 +281,7 @@ class Checkpoints:
         (or whose bound the writer moved past) searches again, ``READ_ATTEMPTS`` times in all,
         ``READ_PAUSE`` seconds apart."""
         reported = set()
+        _quiet_abandoned_reads()
         for attempt in range(READ_ATTEMPTS if self._read_only else 1):
             if attempt:
                 time.sleep(READ_PAUSE)
@@ -291,7 +292,6 @@ class Checkpoints:
                 try:
                     return restore(candidate), candidate
                 except Exception as error:  # noqa: BLE001  any unreadable checkpoint is skipped
-                    _quiet_abandoned_reads()
                     failed.add(candidate)
                     if candidate in self.steps() and candidate not in reported:   # not removed
                         reported.add(candidate)                                # by the writer
