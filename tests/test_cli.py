@@ -128,3 +128,22 @@ def test_an_interrupted_command_says_how_to_resume_and_exits_130(monkeypatch, ca
     assert code == 130 and out == ""
     assert err == ("attnjax: interrupted (signal SIGTERM); nothing half-written is kept: rerun "
                    "the same command to go on (a run resumes from its last checkpoint)\n")
+
+
+def test_commands_that_read_a_run_turn_on_the_persistent_compilation_cache(monkeypatch,
+                                                                          tmp_path, capsys):
+    """A second ``generate``, ``eval`` or ``attention`` on a run loads the programs the first
+    compiled: those commands turn on JAX's persistent cache ($ATTNJAX_COMPILE_CACHE) before
+    they run (here one refused at once, so nothing compiles)."""
+    import jax
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATTNJAX_COMPILE_CACHE", str(cache))
+    previous = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        code, _, err = run_cli(capsys, "sweep-status", str(tmp_path / "none"))
+        assert code == 2 and jax.config.jax_compilation_cache_dir is None, err
+        code, _, err = run_cli(capsys, "generate", str(tmp_path / "none"), "--prompt", "a")
+        assert code == 2 and jax.config.jax_compilation_cache_dir == str(cache), err
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)

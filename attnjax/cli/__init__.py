@@ -53,6 +53,11 @@ COMMANDS = (train.add_train, train.add_eval, train.add_generate, pretrained.add_
             analysis.add_compare, info.add_info, bench.add_bench)
 
 
+# the commands that compile a run's programs to read it; train, sweep and audit turn on JAX's
+# persistent compilation cache themselves, bench measures compilation and leaves it off
+READ_RUNS = ("eval", "generate", "attention", "heads", "lens", "patch", "recall", "compare")
+
+
 def _version() -> str:
     """The installed distribution's version, or the package's own if it is not installed."""
     from importlib import metadata
@@ -85,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command in READ_RUNS:      # a second call on the run loads what the first compiled
+        from attnjax.compilation import enable_compile_cache
+        enable_compile_cache()
     try:
         return args.run(args)
     except (ValueError, OSError) as error:   # bad input, or a file it names: one line
