@@ -48,11 +48,22 @@ def quick_compiling_workers():
             os.environ["XLA_FLAGS"] = saved
 
 
+def _writable(directory: Path) -> bool:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
 def enable_compile_cache():
     """JAX's persistent compilation cache, so a second invocation skips compilation. Directory:
-    ``$ATTNJAX_COMPILE_CACHE`` (empty: off), default ``~/.cache/attnjax/xla``; a directory
-    already set through ``JAX_COMPILATION_CACHE_DIR`` is kept."""
+    ``$ATTNJAX_COMPILE_CACHE`` (empty: off), default ``~/.cache/attnjax/xla``, left off where
+    it cannot be written; a directory already set through ``JAX_COMPILATION_CACHE_DIR`` is
+    kept."""
     path = os.environ.get("ATTNJAX_COMPILE_CACHE", str(Path.home() / ".cache/attnjax/xla"))
+    if path and not _writable(Path(path)):    # (JAX would warn at every program): no cache
+        return
     if path and not jax.config.jax_compilation_cache_dir:   # JAX_COMPILATION_CACHE_DIR wins
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -64,7 +64,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException:       # a full disk, a directory in the way: no stray half file
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):       # (a read-only one refuses the unlink too)
+            tmp.unlink(missing_ok=True)
         raise
 
 
@@ -166,7 +167,7 @@ class RunDir:
         field kept relative to the run (``stored``) names its file wherever the run now is."""
         data = self.config_dict()
         for section, key in OWN_PATHS:
-            value = data.get(section, {}).get(key) if isinstance(data.get(section), dict) else None
+            value = data[section].get(key) if isinstance(data.get(section), dict) else None
             if isinstance(value, str) and not Path(value).is_absolute() and (
                     self.path / value).is_file():
                 data[section][key] = str(self.path.absolute() / value)
@@ -182,9 +183,8 @@ class RunDir:
         data, root = _normalised(config), self.path.absolute()
         for section, key in OWN_PATHS:
             value = data[section].get(key)
-            if isinstance(value, str) and Path(value).is_absolute() and Path(
-                    value).is_relative_to(root):
-                data[section][key] = str(Path(value).relative_to(root))
+            if isinstance(value, str) and Path(value).absolute().is_relative_to(root):
+                data[section][key] = str(Path(value).absolute().relative_to(root))
         return data
 
     def writing(self):

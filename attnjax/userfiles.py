@@ -45,7 +45,9 @@ def parsing(path: str | Path):
         yield
     except RecursionError:
         raise ValueError(f"{path} is nested too deeply to parse") from None
-    except Exception as error:  # the library's own exception types (SafetensorError, ...)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # the library's own types (a Rust panic is a BaseException)
         message = str(error).strip().splitlines()
         raise ValueError(f"{path}: {message[0] if message else type(error).__name__}") from None
 

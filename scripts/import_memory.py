@@ -23,7 +23,7 @@ UNUSED = 1 << 28                       # float32 values of the unused tensor: 1 
 
 def write_checkpoint(directory: Path, unused: bool) -> int:
     """A Llama directory of random weights (and an unused tensor); its weights' bytes."""
-    import numpy as np
+    import numpy as np      # in the child that writes, so that the measuring parent stays small
     from safetensors.numpy import save_file
     directory.mkdir(parents=True)
     (directory / "config.json").write_text(json.dumps({

@@ -1,4 +1,4 @@
-"""Careless input to the commands that read text or size a probe (issue 39, items 4 and 5):
+"""Careless input to the commands that read text or size a probe:
 text that is not UTF-8, a probe text longer than the model takes, clean and corrupted texts
 of different lengths, and beams, probe lengths and batches that cannot exist or cannot fit
 in memory are each one line on stderr and exit status 2, before anything compiles or any

@@ -7,6 +7,8 @@ import argparse
 import sys
 from importlib import metadata
 
+import jax
+
 from attnjax import cli
 from attnjax.cli import sweep as sweep_commands
 from attnjax.registry import KERNELS, LAUNCHERS
@@ -135,7 +137,6 @@ def test_commands_that_read_a_run_turn_on_the_persistent_compilation_cache(monke
     """A second ``generate``, ``eval`` or ``attention`` on a run loads the programs the first
     compiled: those commands turn on JAX's persistent cache ($ATTNJAX_COMPILE_CACHE) before
     they run (here one refused at once, so nothing compiles)."""
-    import jax
     cache = tmp_path / "cache"
     monkeypatch.setenv("ATTNJAX_COMPILE_CACHE", str(cache))
     previous = jax.config.jax_compilation_cache_dir

@@ -180,6 +180,10 @@ CASES = [
     ("config-architectures-string", "bert", config(architectures="BertModel"),
      "architectures='BertModel'"),
     ("config-bias-string", "llama", config(attention_bias="yes"), "attention_bias='yes'"),
+    ("config-null-flags", "llama", config(attention_bias=None, mlp_bias=None,
+                                          tie_word_embeddings=None), None),
+    ("config-whole-floats", "llama", config(max_position_embeddings=64.0, hidden_size=32.0),
+     None),
     ("config-indivisible", "gpt2", config(n_head=3),
      "config.json describes a model attnjax refuses: model.d_model=32 is not divisible"),
     # the tensors against config.json
@@ -212,6 +216,10 @@ CASES = [
      "outside the file's"),
     ("header-offsets-reversed", "llama", entry("data_offsets", [64, 0]), "outside the file's"),
     ("header-overlap", "llama", header(overlap), "overlap"),
+    ("header-dtype-list", "llama", entry("dtype", ["F32"]), "has dtype ['F32']"),
+    ("tensor-flattened", "llama", header(lambda e: e["model.layers.0.self_attn.q_proj.weight"]
+                                         .update(shape=[32 * 32])),
+     "last read: 'model.layers.0.self_attn.q_proj.weight' of shape [1024]"),
     # sharded index
     ("index-dotdot", "gpt2", shard_outside(lambda p: f"../{p.name}"), "is not a path inside"),
     ("index-absolute", "gpt2", shard_outside(str), "is not a path inside"),
@@ -253,7 +261,7 @@ def test_a_hostile_model_directory_is_one_line_and_leaves_nothing(tmp_path, caps
         code, out, err = run_cli(capsys, "import", str(directory), "--workdir", str(workdir))
     finally:
         WATCHING[0] = False
-    if fragment is None:           # a directory where tokenizer.json should be: no tokenizer
+    if fragment is None:           # what a real directory may say: imported
         assert code == 0, err
         return
     assert code == 2 and out == "", (code, out, err)

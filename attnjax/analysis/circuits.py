@@ -280,6 +280,8 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
                          diverging=True, label="recovered share", fmt="{:.2f}",
                          rows=[head_label(s) for s in senders], columns=columns,
                          axes=("receiver input", "sender head"))
+    else:                                   # an earlier report's would be read as this one's
+        (out / "path.png").unlink(missing_ok=True)
     lines = [f"# Patching: {name}", "", f"On {described}.", "",
              "| head | recovered by its clean output | lost by its corrupted output |",
              "|---|---|---|"]

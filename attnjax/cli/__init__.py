@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.command in READ_RUNS:      # a second call on the run loads what the first compiled
-        from attnjax.compilation import enable_compile_cache
-        enable_compile_cache()
     try:
+        if args.command in READ_RUNS:  # a second call on the run loads what the first compiled
+            from attnjax.compilation import enable_compile_cache
+            enable_compile_cache()
         return args.run(args)
     except (ValueError, OSError) as error:   # bad input, or a file it names: one line
         print(f"attnjax: error: {error_line(error)}", file=sys.stderr)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 from flax.traverse_util import flatten_dict
 
@@ -55,14 +55,17 @@ class Placeholder(np.ndarray):
         if func is not np.concatenate:
             return super().__array_function__(func, types, args, kwargs)
         arrays, axis = args[0], kwargs.get("axis", args[1] if len(args) > 1 else 0)
-        rests = [list(a.shape) for a in arrays]
+        shapes = [a.shape for a in arrays]
+        if any(not -len(shape) <= axis < len(shape) for shape in shapes):
+            raise ValueError(f"cannot concatenate shapes {shapes} on axis {axis}")
+        rests = [list(shape) for shape in shapes]
         joined = sum(rest.pop(axis) for rest in rests)
         if any(rest != rests[0] for rest in rests):
-            raise ValueError(f"cannot concatenate shapes {[a.shape for a in arrays]} on axis "
-                             f"{axis}")
+            raise ValueError(f"cannot concatenate shapes {shapes} on axis {axis}")
         shape = rests[0]
         shape.insert(axis % (len(shape) + 1), joined)
-        return placeholder(" + ".join(a.source for a in arrays), tuple(shape))
+        return placeholder(" + ".join(str(getattr(a, "source", "?")) for a in arrays),
+                           tuple(shape))
 
 
 def placeholder(name: str, shape: tuple[int, ...]) -> Placeholder:
@@ -132,15 +135,18 @@ class Tensors:
 REQUIRED = object()
 
 
-def integer(hf: dict, key: str, default=REQUIRED, low: int = 1) -> int:
-    """``hf[key]`` (or ``default`` where it is absent or null), an integer of at least ``low``;
-    else one line naming the key."""
+def integer(hf: dict, key: str, default=REQUIRED, within: str = "", low: int = 1) -> int:
+    """``hf[key]`` (or ``default`` where it is absent or null), an integer of at least ``low``
+    (a whole float such as 2048.0 counts); else one line naming the key (as ``within.key``
+    for a key of the section ``within``)."""
     value = default if hf.get(key) is None else hf[key]
+    name = f"{within}.{key}" if within else key
     if value is REQUIRED:
-        raise ValueError(f"config.json has no {key} (model_type {hf.get('model_type')!r} "
-                         "needs it)")
+        raise ValueError(f"config.json has no {name}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"config.json: {key}={value!r} is not an integer >= {low}")
+        raise ValueError(f"config.json: {name}={value!r} is not an integer >= {low}")
     return value
 
 
@@ -166,8 +172,9 @@ def section(hf: dict, key: str) -> dict:
 
 
 def setting(hf: dict, key: str, supported: tuple, default=None):
-    """``hf[key]`` (or ``default``) if it is one of ``supported``, else a one-line refusal."""
-    value = hf.get(key, default)
+    """``hf[key]`` (or ``default`` where it is absent or null) if it is one of ``supported``,
+    else a one-line refusal."""
+    value = default if hf.get(key) is None else hf[key]
     if not any(type(value) is type(s) and value == s for s in supported):
         raise ValueError(f"config.json: {key}={value!r} is not supported for model_type "
                          f"{hf.get('model_type')!r}; supported: "
@@ -197,7 +204,8 @@ def rope_position(hf: dict) -> PositionConfig:
         return PositionConfig("rope", rope_base=base)
     return PositionConfig("rope", rope_base=base, rope_scaling="llama3",
                           rope_scale=number(scaling, "factor", within=within),
-                          train_length=integer(scaling, "original_max_position_embeddings"),
+                          train_length=integer(scaling, "original_max_position_embeddings",
+                                               within=within),
                           rope_low_freq_factor=number(scaling, "low_freq_factor", 1.0,
                                                       within),
                           rope_high_freq_factor=number(scaling, "high_freq_factor", 4.0,
@@ -447,12 +455,16 @@ def check_shapes(mapping: Architecture, weights: Weights, config: ModelConfig) -
         shaped = mapping.params(shapes, config)
     except CheckpointError:
         raise
-    except ValueError as error:       # NumPy's: a tensor that cannot take the model's shape
-        tensor = weights.headers[shapes.last]
-        raise ValueError(f"tensor {shapes.last!r} of shape {list(tensor.shape)} does not fit "
-                         f"the model config.json describes ({error})") from None
-    wanted = parameter_shapes(config)
-    for path, array in flatten_dict(shaped, sep="/").items():
+    except (ValueError, IndexError) as error:   # NumPy's, where a tensor has another shape
+        raise ValueError(f"the tensors do not fit the model config.json describes ({error}; "
+                         f"last read: {shapes.last!r} of shape "
+                         f"{list(weights.headers[shapes.last].shape)})") from None
+    wanted, found = parameter_shapes(config), flatten_dict(shaped, sep="/")
+    if found.keys() != wanted.keys():
+        name = sorted(found.keys() ^ wanted.keys())[0]
+        raise ValueError(f"the tensors give the parameters of another model than config.json "
+                         f"describes (e.g. {name})")
+    for path, array in found.items():
         if array.shape != wanted.get(path):
             source = (f"tensor {array.source!r} gives {path}" if getattr(array, "source", None)
                       else f"the tensors give {path}")
@@ -464,7 +476,8 @@ def as_tree(params: dict) -> dict:
     """``params`` with every leaf a float32 ``jax.Array`` of its own, replaced in place, so
     that a tensor the mapping read is let go as its last view is replaced: the parameters
     exist about once, as the checkpoint writer takes them."""
+    host = jax.devices("cpu")[0]       # not an accelerator's memory: the writer reads them
     for key, value in params.items():
-        params[key] = as_tree(value) if isinstance(value, dict) else jnp.array(value,
-                                                                               jnp.float32)
+        params[key] = (as_tree(value) if isinstance(value, dict) else
+                       jax.device_put(np.asarray(value, np.float32), host))
     return params

@@ -17,6 +17,7 @@ directory on their way out, and the next import into ``RUN`` removes one a SIGKI
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -110,7 +111,18 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
 def remove_stale_staging(path: Path) -> None:
     """Remove the staging directories of imports into ``path`` whose process is gone (killed
     by SIGKILL, which no ``finally`` survives)."""
-    for staging in path.parent.glob(f"{STAGING_PREFIX}{path.name}-*"):
+    for staging in path.parent.glob(f"{glob.escape(STAGING_PREFIX + path.name)}-*"):
         pid = staging.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not running(int(pid)):
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending one)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's
+        return True
+    return True

@@ -5,9 +5,10 @@ loaded: a directory with only those is refused.
 
 Every header is read and checked before any tensor data (``read_header``): its size against
 the file, each tensor's dtype among ``DTYPES``, its shape, and its byte range inside the file,
-of exactly the shape's size and overlapping no other. Shards must be files inside the model
-directory, named relatively (never ``..`` or an absolute path, whatever the index says), and a
-tensor may be in one shard only. A tensor's data is read when a mapping asks for it
+of exactly the shape's size and overlapping no other. Shards must be named inside the model
+directory, relatively (never ``..`` or an absolute path, whatever the index says; a symbolic
+link is followed, as a Hugging Face cache snapshot's point into its blobs), and a tensor may be
+in one shard only. A tensor's data is read when a mapping asks for it
 (``Weights.load``), straight from the file into float32 (bfloat16 and float16 cast
 explicitly) or, for the integer buffers of old checkpoints, as saved.
 
@@ -23,7 +24,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-import ml_dtypes
+import jax.numpy as jnp
 import numpy as np
 
 from attnjax.rundir import inside
@@ -35,8 +36,10 @@ HEADER_LIMIT = 100 << 20            # the largest header the safetensors library
 WEIGHTS_LIMIT = 1 << 44             # 16 TiB: no file of weights is larger
 # safetensors dtype -> the NumPy dtype of its little-endian data
 DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
-          "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype("<i8"),
+          "BF16": np.dtype(jnp.bfloat16), "F8_E4M3": np.dtype(jnp.float8_e4m3fn),
+          "F8_E5M2": np.dtype(jnp.float8_e5m2), "I64": np.dtype("<i8"),
           "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+          "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"),
           "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
 FLOATS = ("F32", "F16", "BF16")     # read as float32; the others are buffers, read as saved
 
@@ -112,8 +115,8 @@ def read_header(path: Path) -> dict[str, Tensor]:
         if name == "__metadata__":
             continue
         where = f"{path}: tensor {name!r}"
-        if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
-            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ValueError(f"{where} has dtype {dtype!r}; known: {', '.join(DTYPES)}")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not (isinstance(shape, list) and all(_is_size(n) for n in shape)):

@@ -59,13 +59,15 @@ def eval_variants(experiment: str | Path, runs: list[Run]) -> list[dict]:
         if not matching:
             raise ValueError(f"eval variant {variant['label']!r}: no run matches "
                              f"{variant['run']}")
-        overrides = [f"{k}={v}" for k, v in variant.get("overrides", {}).items()]
-        for length in (matching[0].config.data.length,) + matching[0].config.data.eval_lengths:
-            try:
-                changed = variant_config(matching[0].config, variant, length)
-                check_same_parameters(matching[0].config.model, changed.model, overrides)
-            except ValueError as error:
-                raise ValueError(f"eval variant {variant['label']!r}: {error}") from None
+        overrides = [f"{k}={v}" for k, v in dict(variant.get("overrides", {})).items()]
+        for run in matching:
+            for length in (run.config.data.length,) + run.config.data.eval_lengths:
+                try:
+                    changed = variant_config(run.config, variant, length)
+                    check_same_parameters(run.config.model, changed.model, overrides)
+                except ValueError as error:
+                    raise ValueError(f"eval variant {variant['label']!r} on {run.name}: "
+                                     f"{error}") from None
     return variants
 
 
