@@ -21,17 +21,20 @@ def _import(args) -> int:
 
 def add_import(commands) -> None:
     command = add_command(
-        commands, "import", "import a local Hugging Face checkpoint as a run directory",
+        commands, "import", "import a local Hugging Face checkpoint or GGUF file as a run "
+        "directory",
         "Read a local Hugging Face model directory (config.json, model.safetensors, sharded or "
-        "not, and tokenizer.json when present: a download or a Hugging Face cache snapshot) "
-        "and write an attnjax run directory that every command reads: config.json, a "
-        "checkpoint of the parameters, the tokenizer and imported.json (the source and its "
+        "not, and tokenizer.json when present: a download or a Hugging Face cache snapshot), "
+        "or a GGUF file (llama.cpp's: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the "
+        "K-quants dequantized to float32; its byte-level BPE tokenizer rebuilt from the "
+        "metadata), and write an attnjax run directory that every command reads: config.json, "
+        "a checkpoint of the parameters, the tokenizer and imported.json (the source and its "
         "files' SHA-256). Architectures: BERT (with or without the masked-language head), "
-        "GPT-2, Llama, Mistral, Qwen2; anything else, and pickle-only checkpoints, are "
-        "refused in one line. Nothing is downloaded.")
-    command.add_argument("directory", metavar="HF_DIR",
+        "GPT-2, Llama, Mistral, Qwen2 (GGUF: Llama, Qwen2); anything else, and pickle-only "
+        "checkpoints, are refused in one line. Nothing is downloaded.")
+    command.add_argument("directory", metavar="HF_DIR|FILE.gguf",
                          help="the model directory, e.g. ~/.cache/huggingface/hub/models--gpt2/"
-                         "snapshots/<revision>")
+                         "snapshots/<revision>, or a .gguf file")
     command.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help=OVERRIDES + " (data and train fields: the model is the "
                          "checkpoint's)")

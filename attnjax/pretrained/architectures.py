@@ -31,7 +31,7 @@ from flax.traverse_util import flatten_dict
 
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
 from attnjax.models import parameter_shapes
-from attnjax.pretrained.weights import DTYPES, FLOATS, Tensor, Weights
+from attnjax.pretrained.weights import DTYPES, FLOATS
 
 
 class CheckpointError(ValueError):
@@ -75,16 +75,22 @@ def placeholder(name: str, shape: tuple[int, ...]) -> Placeholder:
 
 
 class Checkpoint:
-    """A checkpoint's tensors (``headers``: name -> ``weights.Tensor``) and how a mapping gets
-    one: its data (``read``), or a ``placeholder`` of its shape; ``last`` is the name of the
-    tensor asked for last."""
+    """A checkpoint's tensors (``headers``: name -> a header with ``shape``, ``floating`` and
+    ``type_name``: ``weights.Tensor``, ``gguf.GGUFTensor``) and how a mapping gets one: its
+    data (``load(name)``), or without ``load`` a ``placeholder`` of its shape; ``last`` is the
+    name of the tensor asked for last."""
 
-    def __init__(self, headers: dict[str, Tensor], read: bool):
-        self.headers, self.read, self.last = headers, read, None
+    def __init__(self, headers: dict, load: Callable[[str], np.ndarray] | None = None):
+        self.headers, self.load, self.last = headers, load, None
+
+    @property
+    def read(self) -> bool:
+        return self.load is not None
 
     def get(self, name: str) -> np.ndarray:
-        self.last, tensor = name, self.headers[name]
-        return Weights.load(tensor) if self.read else placeholder(name, tensor.shape)
+        self.last = name
+        return (self.load(name) if self.read
+                else placeholder(name, self.headers[name].shape))
 
 
 class Tensors:
@@ -104,7 +110,7 @@ class Tensors:
         if tensor is None:
             raise CheckpointError(f"the checkpoint has no tensor {key!r}")
         if not tensor.floating:
-            raise CheckpointError(f"tensor {key!r} is {DTYPES[tensor.dtype].name}; supported: "
+            raise CheckpointError(f"tensor {key!r} is {tensor.type_name}; supported: "
                                   f"{', '.join(DTYPES[name].name for name in FLOATS)}")
         self.taken.add(key)
         return self.checkpoint.get(key)
@@ -437,20 +443,20 @@ def architecture(hf: dict) -> Architecture:
     return ARCHITECTURES[kind]
 
 
-def mapped_params(mapping: Architecture, weights: Weights, config: ModelConfig) -> dict:
+def mapped_params(mapping: Architecture, weights, config: ModelConfig) -> dict:
     """The float32 parameter tree of ``config``'s model from ``weights``. The mapping runs on
     placeholders first, so that a missing, unread or non-floating tensor, a tie between
     tensors of two shapes, or a tensor whose shape is not the one ``config`` (config.json)
     gives its parameter is refused, naming the tensor, before any tensor's data is read; then
     on the data."""
     check_shapes(mapping, weights, config)
-    return as_tree(mapping.params(Checkpoint(weights.headers, read=True), config))
+    return as_tree(mapping.params(Checkpoint(weights.headers, weights.load), config))
 
 
-def check_shapes(mapping: Architecture, weights: Weights, config: ModelConfig) -> None:
+def check_shapes(mapping: Architecture, weights, config: ModelConfig) -> None:
     """The mapping on placeholders (``mapped_params``), each parameter's shape against
     ``config``'s model."""
-    shapes = Checkpoint(weights.headers, read=False)
+    shapes = Checkpoint(weights.headers)
     try:
         shaped = mapping.params(shapes, config)
     except CheckpointError:

@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 
@@ -30,8 +31,7 @@ from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
 from attnjax.interrupts import raise_interrupt
 from attnjax.models import check_same_parameters, family
 from attnjax.outputs import output_directory
-from attnjax.pretrained import load_pretrained
-from attnjax.pretrained.weights import INDEX, read_config, weight_files
+from attnjax.pretrained import read_pretrained
 from attnjax.rundir import IMPORTED, RunDir, write_json_atomic
 
 # a model's objective -> its text task
@@ -70,28 +70,38 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
         raise ValueError(f"--workdir {str(workdir)!r} exists; an import writes a new run "
                          "directory")
     output_directory(run.path.parent, "--workdir", create=False)
-    model, params = load_pretrained(source)
-    tokenizer = source / "tokenizer.json"
-    has_tokenizer = tokenizer.is_file()
-    if has_tokenizer:
-        check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
-    config = imported_config(model, str(tokenizer) if has_tokenizer else None, overrides)
-    check_same_parameters(model, config.model, [o for o in overrides if o.startswith("model.")])
-    stored = run.stored(config)
-    if has_tokenizer:          # the run's own copy, named relative to RUN (RunDir.stored)
-        stored["data"]["tokenizer"] = "tokenizer.json"
-    read = [source / "config.json", *weight_files(source), *([tokenizer] * has_tokenizer)]
-    if (source / INDEX).is_file():
-        read.append(source / INDEX)
-    record = {"source": str(source.absolute()), "model_type": read_config(source)["model_type"],
-              "files": {str(p.relative_to(source)): sha256(p) for p in sorted(read)}}
+    opened, model, params = read_pretrained(source)
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer = opened.tokenizer
+        if isinstance(tokenizer, str):           # a GGUF file's, rebuilt from its metadata
+            tokenizer = Path(scratch) / "tokenizer.json"
+            tokenizer.write_text(opened.tokenizer)
+        if tokenizer is not None:
+            check_vocabulary(TextTokenizer(tokenizer), model.vocab_size)
+        config = imported_config(model, None if tokenizer is None else str(tokenizer),
+                                 overrides)
+        check_same_parameters(model, config.model,
+                              [o for o in overrides if o.startswith("model.")])
+        stored = run.stored(config)
+        if tokenizer is not None:  # the run's own copy, named relative to RUN (RunDir.stored)
+            stored["data"]["tokenizer"] = "tokenizer.json"
+        base = source if source.is_dir() else source.parent
+        record = {"source": str(source.absolute()), "model_type": opened.hf["model_type"],
+                  "files": {str(p.relative_to(base)): sha256(p) for p in sorted(opened.files)}}
+        write_run(run, stored, params, record, tokenizer)
+    return run.config()
+
+
+def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path | None) -> None:
+    """Write the run directory in a staging directory beside it, then rename it into place
+    (the module docstring)."""
     remove_stale_staging(run.path)
     staging = RunDir(run.path.with_name(f"{STAGING_PREFIX}{run.path.name}-{os.getpid()}"))
     previous = (signal.signal(signal.SIGTERM, raise_interrupt)
                 if threading.current_thread() is threading.main_thread() else None)
     try:
         staging.checkpoint_dir.mkdir(parents=True)
-        if has_tokenizer:
+        if tokenizer is not None:
             shutil.copyfile(tokenizer, staging.path / "tokenizer.json")
         write_json_atomic(staging.path / "config.json", stored)
         checkpoints = staging.checkpoints()
@@ -105,7 +115,6 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
         shutil.rmtree(staging.path, ignore_errors=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    return run.config()
 
 
 def remove_stale_staging(path: Path) -> None:

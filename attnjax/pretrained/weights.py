@@ -92,6 +92,10 @@ class Tensor(NamedTuple):
     def floating(self) -> bool:
         return self.dtype in FLOATS
 
+    @property
+    def type_name(self) -> str:
+        return DTYPES[self.dtype].name
+
 
 def read_header(path: Path) -> dict[str, Tensor]:
     """The tensors of the safetensors file ``path`` by name, from its header alone; a header
@@ -156,9 +160,9 @@ class Weights:
                                      f"{self.headers[name].path.name} and {path.name}")
                 self.headers[name] = tensor
 
-    @staticmethod
-    def load(tensor: Tensor) -> np.ndarray:
-        """The data of ``tensor``: float32 if it is floating point, else as saved."""
+    def load(self, name: str) -> np.ndarray:
+        """The data of tensor ``name``: float32 if it is floating point, else as saved."""
+        tensor = self.headers[name]
         stored = DTYPES[tensor.dtype]
         dtype = np.float32 if tensor.floating else stored.newbyteorder("=")
         if math.prod(tensor.shape) == 0:                  # nothing to map
