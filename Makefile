@@ -17,7 +17,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=15
 
-# the quick tier before each commit (exactness, configs, refusals; about 2.5 minutes cold)
+# the quick tier before each commit (exactness, configs, refusals; target: 3 minutes cold)
 check: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m quick
 

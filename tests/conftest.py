@@ -94,7 +94,7 @@ SLOWEST_FIRST = ("test_ray.py", "test_nn.py", "test_sweep.py", "test_claims.py",
 
 
 # The quick tier, ``make check`` (``pytest -m quick``): what a person runs before each commit,
-# about 2.5 minutes cold on 2 cores: every kernel and position encoding against its
+# within 3 minutes cold on 2 cores (its target): every kernel and position encoding against its
 # references, the model families' shapes and knobs, configs and experiments, run-directory
 # integrity, and the refusals of hostile files and careless input. ``make test`` (CI) runs
 # these and everything else: training, resuming, sweeps on every launcher, several devices
