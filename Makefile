@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test check lint demo info bench minilm clean
+.PHONY: install test check lint demo info bench minilm smollm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ demo: $(STAMP)
 # a real pretrained model (sentence-transformers/all-MiniLM-L6-v2) as the run runs/minilm
 minilm: $(STAMP)
 	$(BIN)/python scripts/get_minilm.py --cache .cache --workdir runs/minilm
+
+# a real pretrained decoder (SmolLM2-135M-Instruct, GGUF Q4_1) as the run runs/smollm
+smollm: $(STAMP)
+	$(BIN)/python scripts/get_smollm.py --cache .cache --workdir runs/smollm
 
 info: $(STAMP)
 	$(BIN)/attnjax info

