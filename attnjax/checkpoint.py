@@ -28,7 +28,8 @@ from pathlib import Path
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from orbax.checkpoint import checkpoint_managers as policies
 
 
@@ -95,11 +96,21 @@ def _quiet_abandoned_reads():
         _dropping_abandoned = True
 
 
+def _on_host(leaf) -> np.ndarray:
+    """A leaf's whole value on this host: an array split over several processes' devices is
+    gathered from them (every process computes the same digest)."""
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    return np.asarray(jax.device_get(leaf))
+
+
 def state_digest(state) -> str:
-    """SHA-256 over every leaf's dtype, shape and bytes, in tree order."""
+    """SHA-256 over every leaf's dtype, shape and bytes, in tree order; one leaf at a time on
+    the host, so the digest of a state split over a mesh never holds more than one whole
+    parameter. It is the same on any mesh."""
     digest = hashlib.sha256()
-    for leaf in jax.tree_util.tree_leaves(jax.device_get(state)):
-        array = np.asarray(leaf)
+    for leaf in jax.tree_util.tree_leaves(state):
+        array = _on_host(leaf)
         digest.update(f"{array.dtype}{array.shape}".encode())
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
@@ -228,13 +239,19 @@ class Checkpoints:
 
     def restore(self, template, step: int | None = None):
         """``(state, step)`` of the newest good checkpoint (or of ``step`` and older), with the
-        structure and shardings of ``template``; ``(None, None)`` if there is none."""
-        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, template)
-        if jax.process_count() > 1:      # a multi-process run: restored replicated on them all
-            everywhere = NamedSharding(jax.make_mesh((jax.device_count(),), ("all",)),
-                                       PartitionSpec())
-            abstract = jax.tree_util.tree_map(
-                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), abstract)
+        structure and shardings of ``template`` (arrays or ``jax.ShapeDtypeStruct``s; whatever
+        mesh the checkpoint was saved from, each device reads its own shards); ``(None,
+        None)`` if there is none. A leaf without a sharding is restored on the default device,
+        or, in a multi-process run, replicated on every device."""
+        if jax.process_count() > 1:
+            default = NamedSharding(jax.make_mesh((jax.device_count(),), ("all",)),
+                                    PartitionSpec())
+        else:
+            default = SingleDeviceSharding(jax.devices()[0])
+        abstract = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                           sharding=getattr(x, "sharding", None) or default),
+            template)
         return self._first_good(lambda: step, lambda candidate: self._restore(candidate, abstract))
 
     def restore_params(self, step: int | None = None, best: bool = False):

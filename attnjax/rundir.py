@@ -38,6 +38,7 @@ from pathlib import Path
 from attnjax import locks
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
+from attnjax.config.mesh import PLACEMENT
 from attnjax.outputs import saving
 from attnjax.userfiles import read_json
 
@@ -224,8 +225,11 @@ class RunDir:
                 probe.unlink(missing_ok=True)
 
     def _check_same(self, stored: Config | dict, wanted: dict, where: str):
+        """Refuse a config that differs from ``stored`` in anything but where the run is
+        placed (``train.mesh``: a run resumes on any mesh, its checkpoints resharded)."""
         changed = [f"{key}: {a!r} -> {b!r}"
-                   for key, a, b in config_differences(self.stored(stored), wanted)]
+                   for key, a, b in config_differences(self.stored(stored), wanted)
+                   if not key.startswith(PLACEMENT)]
         if changed:
             raise ValueError(f"workdir {str(self.path)!r} holds a run with another config "
                              f"({where}{'; '.join(changed[:3])}); use a new --workdir")

@@ -22,5 +22,6 @@ train, the top-level ``Config``).
 from attnjax.config.fields import (apply_overrides, field_default, from_dict, from_json,
                                    parse_overrides, program_arguments, range_text, to_dict,
                                    to_json)
+from attnjax.config.mesh import MeshConfig
 from attnjax.config.model import AttentionConfig, ModelConfig, PositionConfig
 from attnjax.config.run import Config, DataConfig, TrainConfig

@@ -7,6 +7,7 @@ from typing import Literal
 
 from attnjax.config.fields import INT32, LENGTH, Validated, choice, number, when
 from attnjax.config.kernel import kernel_request
+from attnjax.config.mesh import MeshConfig
 from attnjax.config.model import PADDED, ModelConfig
 from attnjax.registry import KERNELS, MODELS, REGULARIZERS, TASKS
 
@@ -80,6 +81,8 @@ class TrainConfig(Validated):
     sharpen_reg: float = 0.0                        # KL to the sharpened attention
     steps_per_dispatch: int = number(1, ge=1, le=INT32)  # >1: lax.scan, data made on device
     parallel: Literal["mesh", "pmap"] = "mesh"
+    # the mesh's axis sizes and sharding rules (attnjax.config.mesh; parallel=mesh only)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
     log_every: int = number(50, ge=1, le=INT32)
     eval_every: int = number(500, ge=1, le=INT32)
     eval_batches: int = number(8, ge=1, le=INT32)
@@ -96,6 +99,10 @@ class TrainConfig(Validated):
     def _validate(self):
         if self.batch_size % self.grad_accum:
             self._fail("grad_accum", f"={self.grad_accum} must divide batch_size={self.batch_size}")
+        if self.parallel == "pmap" and self.mesh.model_axes():
+            self._fail("parallel", "='pmap' replicates the parameters on every device; "
+                       f"train.mesh.fsdp={self.mesh.fsdp} and train.mesh.tensor="
+                       f"{self.mesh.tensor} split them: use train.parallel=mesh")
         for name in ("log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) % self.steps_per_dispatch:
                 self._fail(name, f"={getattr(self, name)} must be a multiple of "

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from attnjax.config import ModelConfig
 from attnjax.data.encoder import encoder_specials
 from attnjax.models.family import Family, mean_pool, scored_sums
+from attnjax.nn import axes
 from attnjax.nn.attention import Dropout
 from attnjax.nn.slots import make_norm
 from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
@@ -50,10 +51,12 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, x, embed):
         cfg = self.config
-        x = nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="transform")(x)
+        x = nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="transform",
+                     **axes.dense(("embed", "embed_out"), ("norm",)))(x)
         x = nn.gelu(x, approximate=cfg.mlp == "gelu")
         x = make_norm(cfg, "transform_norm", "layer")(x)
-        bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+        bias = self.param("bias", axes.with_axes(nn.initializers.zeros, "vocab"),
+                          (cfg.vocab_size,), jnp.float32)
         return output_logits(cfg, embed, x) + bias.astype(x.dtype)
 
 
@@ -72,8 +75,10 @@ class Classifier(nn.Module):
         else:
             chosen = real
         pooled = mean_pool(x, chosen)
-        pooled = jnp.tanh(nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="pooler")(pooled))
-        return nn.Dense(cfg.num_classes, dtype=jnp.dtype(cfg.dtype), name="out")(pooled)
+        pooled = jnp.tanh(nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="pooler",
+                                   **axes.dense(("embed", "embed_out"), ("norm",)))(pooled))
+        return nn.Dense(cfg.num_classes, dtype=jnp.dtype(cfg.dtype), name="out",
+                        **axes.dense(("embed", "classes"), ("classes",)))(pooled)
 
 
 class EncoderModel(nn.Module):
@@ -101,8 +106,8 @@ class EncoderModel(nn.Module):
         x, embed = embed_tokens(self, cfg, tokens, positions)
         if cfg.type_vocab_size:
             segments = jnp.zeros_like(tokens) if segment_ids is None else segment_ids
-            x = x + nn.Embed(cfg.type_vocab_size, cfg.d_model,
-                             embedding_init=nn.initializers.normal(cfg.embed_init_std),
+            x = x + nn.Embed(cfg.type_vocab_size, cfg.d_model, embedding_init=axes.with_axes(
+                             nn.initializers.normal(cfg.embed_init_std), "types", "embed"),
                              name="type_embed")(segments).astype(x.dtype)
         if cfg.embed_norm:
             x = make_norm(cfg, "embed_norm", "layer")(x)

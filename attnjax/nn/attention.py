@@ -38,6 +38,7 @@ from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
 from attnjax.ops.quantize import int8_dot_general
 from attnjax.ops.stats import masked_max_logit
+from attnjax.nn import axes
 from attnjax.nn.points import KERNEL_POINTS, point, touched
 from attnjax.registry import DROPOUTS, KERNELS, POSITIONS, QK_NORMS, SCALES, SINKS
 
@@ -225,10 +226,13 @@ class MultiHeadAttention(nn.Module):
         mode = self.config.attention.int8
         return None if mode == "none" else int8_dot_general(inputs=mode == "weights_inputs")
 
-    def _dense(self, features, name: str, init):
+    def _dense(self, features, name: str, init, kernel_axes: tuple):
+        """A projection from the model width to ``features``, its kernel's logical axes
+        ``("embed", *kernel_axes)`` (``attnjax.nn.axes``)."""
         cfg, att = self.config, self.config.attention
         return nn.DenseGeneral(features, use_bias=att.use_bias, dtype=jnp.dtype(cfg.dtype),
-                               name=name, kernel_init=init, dot_general=self._dot_general())
+                               name=name, dot_general=self._dot_general(),
+                               **axes.dense(("embed", *kernel_axes), kernel_axes, init))
 
     def _heads(self, x, name: str, part: str, count: int, width: int):
         """``[B, T, count, width]``: one projection ``name`` ``[d, count, width]``, or with
@@ -237,9 +241,11 @@ class MultiHeadAttention(nn.Module):
         att = self.config.attention
         if att.per_head_projections:
             return jnp.stack([self._dense(width, f"{name}_{i}",
-                                          head_init(att, part, count, width, i))(x)
+                                          head_init(att, part, count, width, i), ("head_dim",))(x)
                               for i in range(count)], axis=-2)
-        return self._dense((count, width), name, projection_init(att, [(part, count * width)]))(x)
+        heads = "heads" if part == "q" else "kv_heads"
+        return self._dense((count, width), name, projection_init(att, [(part, count * width)]),
+                           (heads, "head_dim"))(x)
 
     def _project(self, x):
         """Slot 1: queries ``[B, T, N, H]``, keys ``[B, T, K, H]``, values ``[B, T, K, D]``.
@@ -253,10 +259,12 @@ class MultiHeadAttention(nn.Module):
         N, K, H, D = att.num_heads, att.kv_heads, cfg.head_dim, cfg.value_head_dim
         parts = [("q", N * H), ("k", K * H), ("v", K * D)]
         if att.fused_qkv and D == H:
-            qkv = self._dense((N + 2 * K, H), "qkv", projection_init(att, parts))(x)
+            qkv = self._dense((N + 2 * K, H), "qkv", projection_init(att, parts),
+                              ("qkv", "head_dim"))(x)
             return jnp.split(qkv, [N, N + K], axis=2)
         if att.fused_qkv:
-            qkv = self._dense(sum(w for _, w in parts), "qkv", projection_init(att, parts))(x)
+            qkv = self._dense(sum(w for _, w in parts), "qkv", projection_init(att, parts),
+                              ("qkv",))(x)
             q, k, v = jnp.split(qkv, [N * H, (N + K) * H], axis=-1)
             lead = x.shape[:-1]
             return q.reshape(*lead, N, H), k.reshape(*lead, K, H), v.reshape(*lead, K, D)
@@ -269,8 +277,10 @@ class MultiHeadAttention(nn.Module):
         if att.output_projection == "dense":
             return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=att.use_bias,
                                    dtype=jnp.dtype(cfg.dtype), name="out",
-                                   kernel_init=projection_init(att, [("o", cfg.d_model)]),
-                                   dot_general=self._dot_general())(heads)
+                                   dot_general=self._dot_general(),
+                                   **axes.dense(("heads", "head_dim", "embed"), ("norm",),
+                                                projection_init(att, [("o", cfg.d_model)])))(
+                axes.constrain(heads, "batch", "length", "act_heads", None))
         concat = heads.reshape(*heads.shape[:-2], -1)                    # [B, T, N D]
         if att.output_projection == "none":
             return concat
@@ -279,7 +289,10 @@ class MultiHeadAttention(nn.Module):
         return dot(concat, jnp.asarray(w, concat.dtype), (((concat.ndim - 1,), (0,)), ((), ())))
 
     def _points(self, q, k, v):
-        """The points ``q``, ``k`` and ``v`` (``attnjax.nn.points``)."""
+        """The points ``q``, ``k`` and ``v`` (``attnjax.nn.points``), each laid out by its
+        heads (``attnjax.nn.axes``)."""
+        q = axes.constrain(q, "batch", "length", "act_heads", None)
+        k, v = (axes.constrain(x, "batch", "length", "act_kv_heads", None) for x in (k, v))
         return point(self, "q", q), point(self, "k", k), point(self, "v", v)
 
     def _sow_diagnostics(self, q, k, scale, with_qk: bool, visible):

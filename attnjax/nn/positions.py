@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import ModelConfig
+from attnjax.nn.axes import with_axes
 from attnjax.ops import positions as P
 from attnjax.ops.stats import cosine
 from attnjax.registry import POSITIONS
@@ -73,7 +74,8 @@ def _learned_embed(module: nn.Module, positions, config: ModelConfig):
     ``position.learned_interpolate``, read from the table stretched linearly to the input
     length (position p reads row p * (L - 1) / (T - 1))."""
     length = config.max_length
-    table = module.param("position_embedding", nn.initializers.normal(0.02),
+    table = module.param("position_embedding",
+                         with_axes(nn.initializers.normal(0.02), "position", "embed"),
                          (length, config.d_model))
     needed = positions.shape[-1]
     if needed <= length:
@@ -168,7 +170,8 @@ def _alibi_similarity(config: ModelConfig, params, offset: int):
 
 def _t5_bias(module: nn.Module, config: ModelConfig):
     pos = config.position
-    table = module.param("relative_bias", nn.initializers.normal(0.02),
+    table = module.param("relative_bias", with_axes(nn.initializers.normal(0.02), "buckets",
+                                                    "heads"),
                          (pos.t5_num_buckets, config.attention.num_heads))
     return lambda q_pos, k_pos: P.t5_bias(table, q_pos, k_pos, bidirectional=not config.causal,
                                           num_buckets=pos.t5_num_buckets,

@@ -26,18 +26,23 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnjax.nn.axes import with_axes
 from attnjax.ops.masks import visibility
 from attnjax.registry import DROPOUTS, INITS, KERNELS, QK_NORMS, SCALES, SINKS
 
 NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
 
 
-def make_norm(config, name: str, kind: str | None = None) -> nn.Module:
+def make_norm(config, name: str, kind: str | None = None, axis: str = "norm") -> nn.Module:
     """A norm over the last axis at ``model.norm_eps``, in ``model.dtype``: ``kind`` (default
     ``model.norm``) ``layer``, ``(x - mean x) / sqrt(var x + eps) * scale + bias``, or
-    ``rms``, ``x / sqrt(mean x^2 + eps) * scale``."""
-    return NORMS[kind or config.norm](epsilon=config.norm_eps, dtype=jnp.dtype(config.dtype),
-                                      name=name)
+    ``rms``, ``x / sqrt(mean x^2 + eps) * scale``; its scale and bias have the logical axis
+    ``axis`` (``attnjax.nn.axes``)."""
+    norm = NORMS[kind or config.norm]
+    inits = {"scale_init": with_axes(nn.initializers.ones_init(), axis)}
+    if norm is nn.LayerNorm:
+        inits["bias_init"] = with_axes(nn.initializers.zeros_init(), axis)
+    return norm(epsilon=config.norm_eps, dtype=jnp.dtype(config.dtype), name=name, **inits)
 
 
 class QKNorm(NamedTuple):
@@ -81,8 +86,8 @@ def normalize_rms(x: jax.Array, kappa) -> jax.Array:
 
 def _learned_norm(kind: str) -> Callable:
     def apply(module, q, k, att, dtype):
-        return (make_norm(module.config, "query_norm", kind)(q),
-                make_norm(module.config, "key_norm", kind)(k))
+        return (make_norm(module.config, "query_norm", kind, "head_dim")(q),
+                make_norm(module.config, "key_norm", kind, "head_dim")(k))
     return apply
 
 
@@ -101,7 +106,7 @@ def _fixed(policy: Callable[[int], float]) -> ScalePolicy:
 def _learned_scale(module, att, head_dim):
     """A temperature per head, ``exp(log_scale)``, initialised at ``multiplier / sqrt(d)``."""
     init = math.log(att.scale_multiplier / math.sqrt(head_dim))
-    return jnp.exp(module.param("log_scale", nn.initializers.constant(init),
+    return jnp.exp(module.param("log_scale", with_axes(nn.initializers.constant(init), "heads"),
                                 (att.num_heads,)))
 
 
@@ -113,7 +118,7 @@ SCALES.register("learned", ScalePolicy(_learned_scale, asks=frozenset({"per_head
 
 SINKS.register("none", Sink(lambda module, att: None, asks=frozenset()))
 SINKS.register("learned", Sink(lambda module, att: module.param(
-    "sink", nn.initializers.zeros, (att.num_heads,))))
+    "sink", with_axes(nn.initializers.zeros, "heads"), (att.num_heads,))))
 SINKS.register("plus_one", Sink(lambda module, att: 0.0))
 
 DROPOUTS.register("none", DropoutPlacement(reads=()))

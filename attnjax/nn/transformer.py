@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.config import ModelConfig
+from attnjax.nn import axes
 from attnjax.nn.attention import Dropout, MultiHeadAttention
 from attnjax.nn.points import point
 from attnjax.nn.slots import make_norm
@@ -99,15 +100,18 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.config
-        dense = lambda features, name: nn.Dense(features, use_bias=cfg.mlp_bias,
-                                                dtype=jnp.dtype(cfg.dtype), name=name)
+        dense = lambda features, name, kernel, bias: nn.Dense(
+            features, use_bias=cfg.mlp_bias, dtype=jnp.dtype(cfg.dtype), name=name,
+            **axes.dense(kernel, bias))
         hidden = mlp_width(cfg)
+        widen = (("embed", "mlp"), ("mlp",))
         if cfg.mlp == "swiglu":
-            gate, up = jnp.split(dense(2 * hidden, "gate_up")(x), 2, axis=-1)
+            gate, up = jnp.split(dense(2 * hidden, "gate_up", *widen)(x), 2, axis=-1)
             h = nn.silu(gate) * up
         else:
-            h = nn.gelu(dense(hidden, "up")(x), approximate=cfg.mlp == "gelu")
-        return dense(cfg.d_model, "down")(h)
+            h = nn.gelu(dense(hidden, "up", *widen)(x), approximate=cfg.mlp == "gelu")
+        h = axes.constrain(h, "batch", "length", "act_mlp")
+        return dense(cfg.d_model, "down", ("mlp", "embed"), ("norm",))(h)
 
 
 class Block(nn.Module):
@@ -124,7 +128,7 @@ class Block(nn.Module):
                  cross_gates=None):
         cfg = self.config
         at = (lambda name, y: y) if decode else functools.partial(point, self)   # nn.points
-        x = at("resid_pre", x)
+        x = at("resid_pre", axes.constrain(x, "batch", "length", "act_embed"))
         drop = lambda y: Dropout(cfg.residual_dropout)(y, deterministic=deterministic)
         kwargs = dict(deterministic=deterministic, decode=decode, return_weights=return_weights)
         sublayers = [("attention", MultiHeadAttention(cfg, name="attention"),
@@ -174,8 +178,8 @@ def decoding_positions(module: nn.Module, tokens, decode: bool):
 
 def token_embedding(config: ModelConfig, name: str = VOCAB_PARAMS[0]) -> nn.Embed:
     """The token embedding ``[vocab_size, d_model]``, entries ``N(0, embed_init_std^2)``."""
-    return nn.Embed(config.vocab_size, config.d_model,
-                    embedding_init=nn.initializers.normal(config.embed_init_std), name=name)
+    return nn.Embed(config.vocab_size, config.d_model, name=name, embedding_init=axes.with_axes(
+        nn.initializers.normal(config.embed_init_std), "vocab", "embed"))
 
 
 def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions, embed=None):
@@ -234,4 +238,4 @@ def output_logits(config: ModelConfig, embed: nn.Embed, x) -> jax.Array:
     if config.tie_embeddings:
         return embed.attend(x)
     return nn.Dense(config.vocab_size, use_bias=False, dtype=jnp.dtype(config.dtype),
-                    name=VOCAB_PARAMS[1])(x)
+                    name=VOCAB_PARAMS[1], **axes.dense(("embed", "vocab"), ("vocab",)))(x)

@@ -34,7 +34,7 @@ from attnjax.rundir import RunDir
 from attnjax.train import hyper
 from attnjax.train.logging import MetricsWriter, Phases, Progress
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_state, start_state
+from attnjax.train.state import start_state
 from attnjax.train.step import make_diagnostics, make_eval_step
 from attnjax.train.strided import make_strided_eval_step, strided_options, windows
 
@@ -288,10 +288,10 @@ def _train_prepared(configs, runs, dataset, runner, group, devices, progress, en
     with contextlib.ExitStack() as cleanup:    # the managers are closed on every way out
         checkpoints = [cleanup.enter_context(contextlib.closing(run.checkpoints(c.train.keep_best)))
                        for c, run in zip(configs, runs)]
-        restored = [ckpt.restore(init_state(c)) for ckpt, c in zip(checkpoints, configs)]
+        restored = [ckpt.restore(runner.template(c)) for ckpt, c in zip(checkpoints, configs)]
         starts = [start or 0 for _, start in restored]
         if len(set(starts)) == 1:
-            states = [state if state is not None else start_state(c)
+            states = [state if state is not None else runner.start(c)
                       for (state, _), c in zip(restored, configs)]
             return _run_lockstep(configs, runs, checkpoints, states, starts[0], runner, dataset,
                                  group, progress, entered)
@@ -421,7 +421,7 @@ def _initial_losses(configs: list[Config], runner: Runner, dataset: Dataset,
     reference by which a run that ends no better than it started is seen to have diverged. The
     parameters are placed as the trained ones are, so the evaluation step is not traced
     again."""
-    states = [start_state(c, quiet=True) for c in configs]
+    states = [runner.start(c, quiet=True) for c in configs]
     params = runner.unplace(runner.place(_stack(states) if group else states[0])).params
     length = configs[0].data.length
     return [r[length]["loss"] for r in _evaluate_group(configs, params, dataset, [length], group)]

@@ -1,0 +1,162 @@
+"""Where a run's arrays live on its mesh: the mesh from ``train.mesh``, every parameter's and
+optimizer moment's sharding from its logical axes (``attnjax.nn.axes``) and the rules table
+(``attnjax.config.mesh``), and the refusals of meshes a config cannot use.
+
+A parameter of logical axes ``(a_1, ..., a_r)`` gets ``PartitionSpec(m_1, ..., m_r)``, each
+``m_i`` the first rule of ``a_i`` whose mesh axes divide that dimension and are not taken by
+an earlier one (``spec``); Adam's moments are laid out as their parameters, the step and
+counters replicated. With ``fsdp = F`` and ``tensor = T`` a matrix ``[d, h]`` of axes
+``(embed, mlp)`` is held as ``[d / F, h / T]`` on each device, and the compiler gathers it over
+``fsdp`` in the layer that uses it (ZeRO-3) and reduce-scatters its gradient.
+
+References: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models"; Shoeybi et al. 2019, "Megatron-LM" (tensor parallelism by column, then by
+row).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from attnjax.config import Config, ModelConfig
+from attnjax.config.mesh import MESH_AXES, MeshConfig, mesh_axes_of
+from attnjax.models import build
+from attnjax.nn import axes
+from attnjax.nn.transformer import mlp_width
+from attnjax.train.optim import make_optimizer
+
+
+def mesh_sizes(mesh: MeshConfig, devices: int) -> dict[str, int]:
+    """``{axis: size}`` for ``devices`` devices, the ``-1`` axis resolved; a product other
+    than the device count is refused in one line."""
+    sizes = mesh.sizes()
+    known = math.prod(size for size in sizes.values() if size != -1)
+    for name, size in sizes.items():
+        if size == -1:
+            sizes[name] = devices // known if devices % known == 0 else 0
+    if math.prod(sizes.values()) != devices:
+        given = " x ".join(f"{name}={size}" for name, size in mesh.sizes().items())
+        raise ValueError(f"train.mesh {given} does not fit {devices} device(s): the sizes' "
+                         f"product must be the device count across processes (one axis may "
+                         "be -1: the devices the others leave)")
+    return sizes
+
+
+def make_mesh(mesh: MeshConfig, devices) -> Mesh:
+    """The ``data x fsdp x tensor`` mesh of ``devices`` (every process's, in ``jax.devices``
+    order: a process's devices are neighbours along the last axes)."""
+    devices = list(devices)
+    sizes = mesh_sizes(mesh, len(devices))
+    return jax.make_mesh(tuple(sizes[a] for a in MESH_AXES), MESH_AXES,
+                         (AxisType.Auto,) * len(MESH_AXES), devices=devices)
+
+
+def check(config: Config, devices: int) -> None:
+    """Refuse, in one line and before anything compiles, a mesh this config cannot train on:
+    its size, a batch its data axes do not divide, and tensor parallelism over heads or an MLP
+    width it does not divide, or over a layout whose heads are not one axis."""
+    sizes = mesh_sizes(config.train.mesh, devices)
+    cfg, model = config.train, config.model
+    rows = sizes["data"] * sizes["fsdp"]
+    if cfg.batch_size % (rows * cfg.grad_accum):
+        raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the mesh's "
+                         f"data x fsdp = {rows} x train.grad_accum={cfg.grad_accum}")
+    tensor = sizes["tensor"]
+    if tensor == 1:
+        return
+    att = model.attention
+    if att.fused_qkv or att.per_head_projections:
+        field = "fused_qkv=True" if att.fused_qkv else "per_head_projections=True"
+        raise ValueError(f"model.attention.{field} has no axis of query heads to split over "
+                         f"train.mesh.tensor={tensor}: set model.attention.fused_qkv=false "
+                         "(the separate layout: the same function, its own parameters)")
+    if att.num_heads % tensor:
+        raise ValueError(f"train.mesh.tensor={tensor} must divide model.attention.num_heads="
+                         f"{att.num_heads}")
+    if mlp_width(model) % tensor:
+        raise ValueError(f"train.mesh.tensor={tensor} must divide the MLP's width "
+                         f"{mlp_width(model)} (model.mlp_hidden / mlp_ratio)")
+
+
+def spec(names, shape, sizes: dict[str, int], table) -> PartitionSpec:
+    """The mesh axes of an array of logical axes ``names`` and ``shape`` under the rules
+    ``table``: per dimension, the first rule of its name whose mesh axes (of size > 1) are
+    free and whose size divides it; ``None`` otherwise. Trailing ``None``s are dropped."""
+    taken, parts = set(), []
+    for name, size in zip(names, shape):
+        chosen = None
+        for logical, target in table:
+            if logical != name:
+                continue
+            used = tuple(a for a in mesh_axes_of(target) if sizes[a] > 1)
+            if not taken & set(used) and size % math.prod(sizes[a] for a in used) == 0:
+                chosen = used
+                break
+        taken |= set(chosen or ())
+        parts.append(None if not chosen else chosen[0] if len(chosen) == 1 else chosen)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return PartitionSpec(*parts)
+
+
+@functools.lru_cache(maxsize=32)
+def _declared(model: ModelConfig):
+    """The model's parameters as ``jax.ShapeDtypeStruct``s and their logical axes."""
+    module = build(model)
+    with axes.declaring():
+        boxed = jax.eval_shape(lambda: module.init(jax.random.key(0),
+                                                   jnp.zeros((1, 1), jnp.int32))["params"])
+    return nn.unbox(boxed), nn.get_partition_spec(boxed)
+
+
+def parameter_axes(model: ModelConfig):
+    """The logical axes of every parameter (a tree of ``PartitionSpec``s of logical names;
+    ``PartitionSpec()`` for one made without ``attnjax.nn.axes.with_axes``)."""
+    return _declared(model)[1]
+
+
+class Layout:
+    """A mesh and the rules table in force: ``parameters`` and ``state`` shardings, and the
+    activations' (``constrain`` inside a program traced under ``activations``)."""
+
+    def __init__(self, config: Config, mesh: Mesh):
+        self.config, self.mesh = config, mesh
+        self.sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+        self.table = config.train.mesh.table()
+        self.replicated = NamedSharding(mesh, PartitionSpec())
+
+    def sharding(self, names, shape) -> NamedSharding:
+        return NamedSharding(self.mesh, spec(names, shape, self.sizes, self.table))
+
+    def parameters(self):
+        """The sharding of every parameter of the config's model."""
+        shapes, names = _declared(self.config.model)
+        return jax.tree_util.tree_map(lambda s, n: self.sharding(tuple(n), s.shape), shapes,
+                                      names, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+    def state(self, abstract_state):
+        """The sharding of every leaf of a ``TrainState`` (``jax.eval_shape`` of one): the
+        parameters', each optimizer moment as its parameter, the rest replicated."""
+        params = self.parameters()
+        moments = optax.tree_map_params(
+            make_optimizer(self.config.train), lambda _, sharding: sharding,
+            abstract_state.opt_state, params,
+            transform_non_params=lambda _: self.replicated)
+        return abstract_state.replace(step=self.replicated, skipped=self.replicated,
+                                      params=params, opt_state=moments)
+
+    def batch(self, leading: int = 0) -> NamedSharding:
+        """A batch's sharding: its rows (after ``leading`` unsplit axes) over the data axes."""
+        rows = spec(("batch",), (math.prod(self.sizes.values()),), self.sizes, self.table)
+        return NamedSharding(self.mesh, PartitionSpec(*(None,) * leading, *rows))
+
+    def activations(self):
+        """A context within which ``attnjax.nn.axes.constrain`` lays activations out."""
+        return axes.laid_out(self.sharding)

@@ -1,0 +1,262 @@
+"""Sharding over a named mesh (``train.mesh``, ``attnjax.sharding``): every parameter's logical
+axes, the rules' choice per dimension, the refusals, and on 8 CPU devices (one subprocess)
+training on data, fsdp and tensor meshes against one device, for the three families, with
+checkpoints resumed on other meshes."""
+
+import json
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec
+
+from attnjax import sharding
+from attnjax.config import Config
+from attnjax.config.mesh import LOGICAL_AXES
+from attnjax.data import Dataset
+from attnjax.registry import POSITIONS, QK_NORMS, SINKS
+from attnjax.train.parallel import Runner
+from helpers import (TINY_CLASSIFY, TINY_INDUCTION, TINY_MLM, TINY_SEQ2SEQ, raises_one_line,
+                     subprocess_env, tiny_config)
+
+SIZES = {"data": 2, "fsdp": 2, "tensor": 2}
+TABLE = Config().train.mesh.table()
+
+# every parameter kind the models make: the families, the q/k/v layouts, and the slots that
+# add parameters of their own
+MODELS = {
+    "decoder-fused": TINY_INDUCTION,
+    "decoder-separate": {**TINY_INDUCTION, "model.attention.fused_qkv": False,
+                         "model.attention.num_kv_heads": 1, "model.attention.use_bias": True,
+                         "model.mlp": "swiglu", "model.mlp_bias": True},
+    "decoder-per-head": {**TINY_INDUCTION, "model.attention.fused_qkv": False,
+                         "model.attention.per_head_projections": True,
+                         "model.tie_embeddings": False},
+    "decoder-slots": {**TINY_INDUCTION, "model.attention.scale": "learned",
+                      "model.attention.sink": "learned",
+                      "model.attention.qk_norm": "layer", "model.norm": "rms",
+                      "model.attention.value_head_dim": 4},
+    "encoder-mlm": TINY_MLM,
+    "encoder-classify": TINY_CLASSIFY,
+    "seq2seq": TINY_SEQ2SEQ,
+    **{f"position-{kind}": {**TINY_INDUCTION, "model.position.kind": kind}
+       for kind in POSITIONS.names()},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_parameter_names_a_logical_axis_per_dimension(name):
+    config = tiny_config(MODELS[name])
+    shapes, names = sharding._declared(config.model)
+    flat_shapes = jax.tree_util.tree_leaves_with_path(shapes)
+    flat_names = jax.tree_util.tree_leaves(names, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    assert len(flat_shapes) == len(flat_names)
+    for (path, shape), axes in zip(flat_shapes, flat_names):
+        where = jax.tree_util.keystr(path)
+        assert len(axes) == len(shape.shape), (where, axes, shape.shape)
+        assert set(axes) <= set(LOGICAL_AXES) | {None}, (where, axes)
+    # the same tree as the model's own parameters, with no boxes outside ``declaring``
+    plain = jax.eval_shape(lambda: config_model_init(config))
+    assert jax.tree_util.tree_structure(plain) == jax.tree_util.tree_structure(shapes)
+
+
+def config_model_init(config):
+    from attnjax.models import build
+    return build(config.model).init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def test_qk_norm_and_sink_kinds_are_all_covered():
+    """The registry entries that make parameters appear in ``MODELS`` above."""
+    assert {"learned"} <= set(SINKS.names()) and {"layer"} <= set(QK_NORMS.names())
+
+
+@pytest.mark.parametrize("names, shape, expected", [
+    (("embed", "mlp"), (16, 64), PartitionSpec("fsdp", "tensor")),
+    (("mlp", "embed"), (64, 16), PartitionSpec("tensor", "fsdp")),
+    (("vocab", "embed"), (257, 16), PartitionSpec(None, "fsdp")),     # 257: not divisible
+    (("heads", "head_dim", "embed"), (4, 8, 16), PartitionSpec("tensor", None, "fsdp")),
+    (("embed", "kv_heads", "head_dim"), (16, 1, 8), PartitionSpec("fsdp")),  # MQA: replicated
+    (("norm",), (16,), PartitionSpec("fsdp")),
+    (("position", "embed"), (16, 16), PartitionSpec(None, "fsdp")),
+    (("batch",), (8,), PartitionSpec(("data", "fsdp"))),
+    (("batch",), (6,), PartitionSpec()),                                   # 6 % 4
+    (("embed", "embed_out"), (16, 16), PartitionSpec("fsdp")),
+])
+def test_spec_takes_the_first_rule_that_divides(names, shape, expected):
+    assert sharding.spec(names, shape, SIZES, TABLE) == expected
+
+
+def test_a_mesh_axis_is_used_once_per_array_and_rules_override_the_table():
+    # mlp's first entry, fsdp, is taken by embed: its next one, tensor, is used
+    table = (("mlp", "fsdp"),) + TABLE
+    assert sharding.spec(("embed", "mlp"), (16, 64), SIZES, table) == PartitionSpec(
+        "fsdp", "tensor")
+    assert sharding.spec(("mlp",), (64,), SIZES, table) == PartitionSpec("fsdp")
+    # a config's entries replace the table's for their logical axis
+    config = tiny_config(TINY_INDUCTION, **{"train.mesh.rules": [["mlp", "fsdp"]]})
+    assert config.train.mesh.table()[0] == ("mlp", "fsdp")
+    assert ("mlp", "tensor") not in config.train.mesh.table()
+    assert sharding.spec(("embed", "mlp"), (16, 64), SIZES,
+                         config.train.mesh.table()) == PartitionSpec("fsdp")
+    size_one = {"data": 8, "fsdp": 1, "tensor": 1}  # axes of size 1 are left out of the spec
+    assert sharding.spec(("embed", "mlp"), (16, 64), size_one, TABLE) == PartitionSpec()
+
+
+def test_gqa_with_fewer_kv_heads_than_tensor_replicates_them():
+    config = tiny_config(TINY_INDUCTION, **{
+        "model.attention.fused_qkv": False, "model.attention.num_heads": 4,
+        "model.attention.num_kv_heads": 2, "train.mesh.data": 1, "train.mesh.tensor": 4})
+    _, names = sharding._declared(config.model)
+    attention = names["block_0"]["attention"]
+    sizes = {"data": 1, "fsdp": 1, "tensor": 4}
+    query = sharding.spec(tuple(attention["query"]["kernel"]), (16, 4, 4), sizes, TABLE)
+    key = sharding.spec(tuple(attention["key"]["kernel"]), (16, 2, 4), sizes, TABLE)
+    assert query == PartitionSpec(None, "tensor") and key == PartitionSpec()
+
+
+@pytest.mark.parametrize("overrides, devices, fragments", [
+    ({"train.mesh.data": 3}, 8, ("train.mesh data=3 x fsdp=1 x tensor=1", "8 device(s)")),
+    ({"train.mesh.fsdp": 3, "train.mesh.data": -1}, 8, ("fsdp=3", "product")),
+    ({"train.mesh.tensor": 2}, 2, ("fused_qkv=True", "fused_qkv=false")),
+    ({"train.mesh.tensor": 4, "train.mesh.data": 1, "model.attention.fused_qkv": False,
+      "model.attention.num_heads": 2}, 4, ("tensor=4 must divide", "num_heads=2")),
+    ({"train.mesh.tensor": 2, "train.mesh.data": 1, "model.attention.fused_qkv": False,
+      "model.mlp_hidden": 9}, 2, ("tensor=2 must divide the MLP's width 9",)),
+    ({"train.mesh.fsdp": 8, "train.mesh.data": 1}, 8, ("batch_size=4", "data x fsdp = 8")),
+    ({"train.mesh.fsdp": 2, "train.mesh.data": 1, "train.grad_accum": 4}, 2,
+     ("data x fsdp = 2", "grad_accum=4")),
+])
+def test_impossible_meshes_are_refused_in_one_line(overrides, devices, fragments):
+    config = tiny_config(TINY_INDUCTION, **overrides)
+    raises_one_line(lambda: sharding.check(config, devices), *fragments)
+
+
+@pytest.mark.parametrize("overrides, fragments", [
+    ({"train.mesh.fsdp": 0}, ("train.mesh.fsdp=0", "-1")),
+    ({"train.mesh.fsdp": -1}, ("train.mesh has 2 axes of size -1", "data, fsdp")),
+    ({"train.mesh.rules": [["mlp", "model"]]}, ("train.mesh.rules[0]", "data, fsdp, tensor")),
+    ({"train.mesh.rules": [["width", "fsdp"]]}, ("train.mesh.rules[0]", "embed")),
+    ({"train.parallel": "pmap", "train.mesh.fsdp": 2}, ("train.parallel='pmap'", "fsdp=2")),
+])
+def test_impossible_mesh_configs_are_refused_in_one_line(overrides, fragments):
+    raises_one_line(lambda: tiny_config(TINY_INDUCTION, **overrides), *fragments)
+
+
+def test_a_vmapped_group_with_split_parameters_is_refused_before_compiling():
+    config = tiny_config(TINY_INDUCTION, **{"train.mesh.fsdp": 2, "train.mesh.data": 1})
+    raises_one_line(lambda: Runner(config, Dataset(config.data), jax.devices(), group=2),
+                    "train.mesh.fsdp=2", "vmapped group", "launcher")
+
+
+def test_boxes_appear_only_while_declaring():
+    config = tiny_config(TINY_INDUCTION)
+    plain = config_model_init(config)
+    assert not any(isinstance(x, nn.Partitioned) for x in jax.tree_util.tree_leaves(
+        plain, is_leaf=lambda x: isinstance(x, nn.Partitioned)))
+
+
+# ---------------------------------------------------------------- 8 devices, one subprocess
+
+EIGHT_DEVICES = """
+import json, shutil, sys
+from pathlib import Path
+import jax, numpy as np
+from attnjax.config import Config
+from attnjax.checkpoint import Checkpoints
+from attnjax.data import Dataset
+from attnjax.train import hyper, train
+from attnjax.train.parallel import Runner
+assert jax.device_count() == 8
+FAMILIES = json.loads(sys.argv[1])
+ROOT = Path(sys.argv[2])
+
+def config_of(base, mesh):
+    return apply_overrides(Config(), {**base, **{f"train.mesh.{k}": v for k, v in mesh.items()}})
+
+def losses(base, devices, **mesh):
+    config = config_of(base, mesh)
+    runner = Runner(config, Dataset(config.data), devices)
+    state, out = runner.place(runner.start(config)), []
+    for _ in range(config.train.steps // config.train.steps_per_dispatch):
+        state, metrics = runner.run(state, hyper.as_arrays([config], stacked=False))
+        out += list(np.asarray(metrics["loss"]))
+    return np.array(out), jax.device_get(state)
+
+def relative(a, b):
+    # parameters as a whole (relative L2): Adam's g / (|g| + eps) magnifies last-bit
+    # differences of near-zero gradients elementwise
+    diff = sum(float(((np.asarray(x) - np.asarray(y)) ** 2).sum())
+               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+    norm = sum(float((np.asarray(y) ** 2).sum()) for y in jax.tree_util.tree_leaves(b))
+    return (diff / norm) ** .5
+
+for family, (base, meshes) in FAMILIES.items():
+    one, s1 = losses(base, jax.devices()[:1])
+    for mesh in meshes:
+        many, s8 = losses(base, jax.devices(), **mesh)
+        worst = float(np.abs(many / one - 1).max())
+        assert worst < 1e-5, (family, mesh, worst)
+        assert relative(s8.params, s1.params) < 1e-5, (family, mesh)
+        assert relative(s8.opt_state, s1.opt_state) < 1e-5, (family, mesh)
+        print("EXACT", family, json.dumps(mesh), f"{worst:.1e}",
+              f"{relative(s8.params, s1.params):.1e}")
+
+# a run saved on fsdp=8 resumes on data=2 x tensor=4, and that one on one device; each resume
+# starts from the step-10 checkpoint of a run stopped there (its later checkpoint and summary
+# removed, as a run killed after step 10's checkpoint leaves them)
+base = FAMILIES["decoder"][0]
+def stopped_at_10(run):
+    shutil.rmtree(run / "ckpt" / "20")
+    (run / "summary.json").unlink()
+def final(run, config):
+    checkpoints = Checkpoints(run / "ckpt", read_only=True)
+    params, step = checkpoints.restore_params()
+    checkpoints.close()
+    assert step == 20
+    return params
+plan = [({"data": 1, "fsdp": 8}, jax.devices()), ({"data": 2, "tensor": 4}, jax.devices()),
+        ({}, jax.devices()[:1])]
+run = ROOT / "run"
+config = config_of(base, plan[0][0])
+train(config, run, devices=plan[0][1], progress=False)
+reference = final(run, config)
+saved = Checkpoints(run / "ckpt", read_only=True)
+restored, _ = saved.restore(Runner(config, Dataset(config.data), plan[0][1]).template(config))
+saved.close()
+kernel = restored.params["block_0"]["mlp"]["up"]["kernel"]     # [d=32, 128]: restored split
+assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp"), kernel.sharding
+assert {shard.data.shape for shard in kernel.addressable_shards} == {(4, 128)}
+for mesh, devices in plan[1:]:
+    stopped_at_10(run)
+    config = config_of(base, mesh)
+    summary = train(config, run, devices=devices, progress=False)
+    assert summary["status"] == "finished"
+    print("RESUMED", json.dumps(mesh), f"{relative(final(run, config), reference):.1e}")
+    assert relative(final(run, config), reference) < 1e-5
+print("ALL OK")
+"""
+
+SEPARATE = {"model.attention.fused_qkv": False, "train.steps_per_dispatch": 5}
+EVERY_AXIS = {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
+    decoder = {**TINY_INDUCTION, **SEPARATE, "model.attention.num_heads": 8,
+               "model.d_model": 32, "train.batch_size": 8}
+    families = {
+        "decoder": (decoder, [{"data": 8}, {"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8},
+                              EVERY_AXIS]),
+        "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
+        "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
+    }
+    env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    result = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, json.dumps(families),
+                             str(tmp_path)], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(result.stdout)
+    assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
+    assert "ALL OK" in result.stdout
