@@ -276,9 +276,11 @@ class Checkpoints:
 
     def _restore(self, candidate: int, abstract):
         """The state at ``candidate`` in the structure of ``abstract``, its digest checked; or,
-        without ``abstract``, its parameters as saved, their digest checked."""
+        without ``abstract``, its parameters as saved (on the default device, whatever mesh
+        saved them), their digest checked."""
         restored = self.manager.restore(candidate, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+            state=ocp.args.StandardRestore(abstract or self._on_one_device(candidate)),
+            meta=ocp.args.JsonRestore()))
         state, meta = restored.state, restored.meta
         if abstract is not None:
             checked, digest = state, meta["digest"]
@@ -289,6 +291,15 @@ class Checkpoints:
         if digest != state_digest(checked):
             raise ValueError("its bytes do not match the digest saved with it")
         return state if abstract is not None else state["params"]
+
+    def _on_one_device(self, candidate: int):
+        """The saved state's tree of ``jax.ShapeDtypeStruct``s, each on the default device: a
+        state saved split over a mesh of other devices is read whole by this process."""
+        saved = ocp.StandardCheckpointer().metadata(
+            Path(self.manager.directory) / str(candidate) / "state").item_metadata
+        device = SingleDeviceSharding(jax.devices()[0])
+        return jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), saved)
 
     def _first_good(self, bound, restore):
         """``(restore(candidate), candidate)`` for the newest checkpoint at or before

@@ -39,7 +39,16 @@ SETTINGS = {
                   "train.checkpoint_every": 20},
     "seq2seq": {**TINY_SEQ2SEQ, "train.steps": 20, "train.eval_every": 20,
                 "train.checkpoint_every": 20},
+    # two processes of 2 devices each on a data=1 x fsdp=4 mesh: fsdp spans both processes
+    # (devices 0-1 are process 0's), so every parameter is split over them and gathered
+    # through gloo; the one-process reference trains on one device
+    "fsdp across processes": {**TINY_MLM, "train.steps": 10, "train.eval_every": 10,
+                              "train.checkpoint_every": 10, "train.log_every": 5,
+                              "train.steps_per_dispatch": 5, "train.mesh.data": 1,
+                              "train.mesh.fsdp": 4},
 }
+DEVICES_PER_PROCESS = {"fsdp across processes": 2}
+ONE_DEVICE = {"train.mesh.data": -1, "train.mesh.fsdp": 1}
 
 
 SLURM_PORTS = 65535 - 2**12 + 1       # JAX's SLURM coordinator port: this + job id % 4096
@@ -66,21 +75,24 @@ def free_port(low: int = 0, high: int = 0) -> int:
     raise RuntimeError(f"no free port in [{low}, {high}]")
 
 
-def start(experiment, workdir, processes: int = 2, slurm: bool = False) -> list[subprocess.Popen]:
-    """``attnjax train`` as ``processes`` cooperating processes on localhost, told who they
-    are by the flags, or (``slurm``) found by ``--distributed`` in the variables SLURM's
-    ``srun`` sets (JAX derives the coordinator's port from the job id)."""
+def start(experiment, workdir, processes: int = 2, slurm: bool = False,
+          devices: int = 1) -> list[subprocess.Popen]:
+    """``attnjax train`` as ``processes`` cooperating processes on localhost of ``devices``
+    CPU devices each, told who they are by the flags, or (``slurm``) found by
+    ``--distributed`` in the variables SLURM's ``srun`` sets (JAX derives the coordinator's
+    port from the job id)."""
+    flags = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     command = [sys.executable, "-m", "attnjax.cli", "train", str(experiment), "--workdir",
                str(workdir), "--no-progress"]
     if slurm:
         job = free_port(SLURM_PORTS, SLURM_PORTS + 4095) - SLURM_PORTS
-        envs = [subprocess_env(SLURM_JOB_ID=str(job), SLURM_STEP_NODELIST="localhost",
+        envs = [subprocess_env(**flags, SLURM_JOB_ID=str(job), SLURM_STEP_NODELIST="localhost",
                                SLURM_NTASKS=str(processes), SLURM_PROCID=str(i),
                                SLURM_LOCALID=str(i)) for i in range(processes)]
         commands = [command + ["--distributed"]] * processes
     else:
         port = free_port()
-        envs = [subprocess_env()] * processes
+        envs = [subprocess_env(**flags)] * processes
         commands = [command + ["--coordinator", f"127.0.0.1:{port}", "--num-processes",
                                str(processes), "--process-id", str(i)]
                     for i in range(processes)]
@@ -126,8 +138,10 @@ def test_two_processes_train_like_one(name, two_process_run, tmp_path):
         single = train(apply_overrides(Config(), setting), tmp_path / "one", progress=False)
     else:                                    # as srun starts them: --distributed finds them
         workdir = tmp_path / "two"
-        processes = start(write_experiment(tmp_path / "exp.py", setting), workdir, slurm=True)
-        single = train(apply_overrides(Config(), setting), tmp_path / "one", progress=False)
+        processes = start(write_experiment(tmp_path / "exp.py", setting), workdir, slurm=True,
+                          devices=DEVICES_PER_PROCESS.get(name, 1))
+        single = train(apply_overrides(Config(), {**setting, **ONE_DEVICE}), tmp_path / "one",
+                       progress=False)
         outputs = finish(processes)
     many, one = RunDir(workdir).metrics(), RunDir(tmp_path / "one").metrics()
     assert [r["step"] for r in many] == [r["step"] for r in one]

@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from attnjax import sharding
+from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config
 from attnjax.config.mesh import LOGICAL_AXES
 from attnjax.data import Dataset
@@ -164,7 +165,7 @@ EIGHT_DEVICES = """
 import json, shutil, sys
 from pathlib import Path
 import jax, numpy as np
-from attnjax.config import Config
+from attnjax.config import Config, apply_overrides
 from attnjax.checkpoint import Checkpoints
 from attnjax.data import Dataset
 from attnjax.train import hyper, train
@@ -260,3 +261,10 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
     print(result.stdout)
     assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
     assert "ALL OK" in result.stdout
+    # this process has one device: it reads the checkpoint of step 10, saved split over the
+    # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
+    checkpoints = Checkpoints(tmp_path / "run" / "ckpt", read_only=True)
+    params, step = checkpoints.restore_params(step=10)
+    checkpoints.close()
+    kernel = params["block_0"]["mlp"]["up"]["kernel"]
+    assert step == 10 and kernel.shape == (32, 128) and len(kernel.devices()) == 1
