@@ -37,6 +37,14 @@ def experiment_config(path: str | Path, overrides: list[str] | dict = ()) -> Con
     return apply_overrides(config, overrides) if overrides else config
 
 
+def config_from_arguments(arguments: list[str], base: Config | None = None) -> Config:
+    """The config command-line ``arguments`` name: an experiment file (``experiment_config``)
+    then ``KEY=VALUE`` overrides, or overrides alone on ``base`` (default ``Config()``)."""
+    if arguments and "=" not in arguments[0]:
+        return experiment_config(arguments[0], arguments[1:])
+    return apply_overrides(base or Config(), arguments)
+
+
 def checked_config(config, path: str | Path) -> Config:
     """``config`` if it is a ``Config``; else one line naming the experiment file."""
     if not isinstance(config, Config):

@@ -2,12 +2,13 @@
 optimizer moment's sharding from its logical axes (``attnjax.nn.axes``) and the rules table
 (``attnjax.config.mesh``), and the refusals of meshes a config cannot use.
 
-A parameter of logical axes ``(a_1, ..., a_r)`` gets ``PartitionSpec(m_1, ..., m_r)``, each
-``m_i`` the first rule of ``a_i`` whose mesh axes divide that dimension and are not taken by
-an earlier one (``spec``); Adam's moments are laid out as their parameters, the step and
-counters replicated. With ``fsdp = F`` and ``tensor = T`` a matrix ``[d, h]`` of axes
-``(embed, mlp)`` is held as ``[d / F, h / T]`` on each device, and the compiler gathers it over
-``fsdp`` in the layer that uses it (ZeRO-3) and reduce-scatters its gradient.
+A parameter of logical axes ``(a_1, ..., a_r)`` gets a ``PartitionSpec`` from the rules
+table, applied in order (``spec``): each rule gives its mesh axes to a dimension of its
+logical axis, unless another dimension took them or they do not divide it. Adam's moments are
+laid out as their parameters, the step and counters replicated. With ``fsdp = F`` and
+``tensor = T`` a matrix ``[d, h]`` of axes ``(embed, mlp)`` is held as ``[d / F, h / T]`` on
+each device; the compiler gathers it over ``fsdp`` in the layer that uses it (ZeRO-3) and
+sums its gradient back to the shards (XLA:CPU all-reduces it and keeps its slice).
 
 References: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
 Parameter Models"; Shoeybi et al. 2019, "Megatron-LM" (tensor parallelism by column, then by
@@ -87,20 +88,22 @@ def check(config: Config, devices: int) -> None:
 
 def spec(names, shape, sizes: dict[str, int], table) -> PartitionSpec:
     """The mesh axes of an array of logical axes ``names`` and ``shape`` under the rules
-    ``table``: per dimension, the first rule of its name whose mesh axes (of size > 1) are
-    free and whose size divides it; ``None`` otherwise. Trailing ``None``s are dropped."""
-    taken, parts = set(), []
-    for name, size in zip(names, shape):
-        chosen = None
-        for logical, target in table:
-            if logical != name:
-                continue
-            used = tuple(a for a in mesh_axes_of(target) if sizes[a] > 1)
-            if not taken & set(used) and size % math.prod(sizes[a] for a in used) == 0:
-                chosen = used
+    ``table``. The rules are taken in the table's order, each giving its mesh axes (those of
+    size > 1; a rule with none is passed over) to the first dimension of its logical axis not
+    yet given any, when they are not taken by another dimension and their size divides it; so
+    each logical axis gets its first rule that fits, and a dimension none fits is not split.
+    Trailing ``None``s are dropped."""
+    taken, parts = set(), [None] * len(names)
+    for logical, target in table:
+        used = tuple(a for a in mesh_axes_of(target) if sizes[a] > 1)
+        if not used or taken & set(used):
+            continue
+        for i, (name, size) in enumerate(zip(names, shape)):
+            if name == logical and parts[i] is None and size % math.prod(
+                    sizes[a] for a in used) == 0:
+                parts[i] = used[0] if len(used) == 1 else used
+                taken |= set(used)
                 break
-        taken |= set(chosen or ())
-        parts.append(None if not chosen else chosen[0] if len(chosen) == 1 else chosen)
     while parts and parts[-1] is None:
         parts.pop()
     return PartitionSpec(*parts)
@@ -120,6 +123,27 @@ def parameter_axes(model: ModelConfig):
     """The logical axes of every parameter (a tree of ``PartitionSpec``s of logical names;
     ``PartitionSpec()`` for one made without ``attnjax.nn.axes.with_axes``)."""
     return _declared(model)[1]
+
+
+def layout_lines(config: Config, devices: int) -> list[str]:
+    """The mesh ``config`` gives ``devices`` devices, and each parameter's logical axes, mesh
+    axes and the shape one device holds (``attnjax info CONFIG``)."""
+    sizes = mesh_sizes(config.train.mesh, devices)
+    check(config, devices)
+    table = config.train.mesh.table()
+    shapes, names = _declared(config.model)
+    lines = [f"mesh {' x '.join(f'{a}={s}' for a, s in sizes.items())} over {devices} "
+             "device(s)", f"  {'parameter':<40} {'shape':<16} {'logical axes':<36} "
+             f"{'mesh axes':<24} per device"]
+    flat = jax.tree_util.tree_leaves(names, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    for (path, shape), logical in zip(jax.tree_util.tree_leaves_with_path(shapes), flat):
+        mesh = spec(tuple(logical), shape.shape, sizes, table)
+        held = [n // math.prod(sizes[a] for a in ((m,) if isinstance(m, str) else m or ()))
+                for n, m in zip(shape.shape, tuple(mesh) + (None,) * len(shape.shape))]
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        lines.append(f"  {name:<40} {str(shape.shape):<16} {str(tuple(logical)):<36} "
+                     f"{str(tuple(mesh)):<24} {tuple(held)}")
+    return lines
 
 
 class Layout:

@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from attnjax import sharding
+from attnjax.bench.mesh import collective_bytes, mesh_overrides
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config
 from attnjax.config.mesh import LOGICAL_AXES
@@ -91,17 +92,26 @@ def test_spec_takes_the_first_rule_that_divides(names, shape, expected):
 
 
 def test_a_mesh_axis_is_used_once_per_array_and_rules_override_the_table():
-    # mlp's first entry, fsdp, is taken by embed: its next one, tensor, is used
+    # the entries apply in order: mlp's fsdp comes first and takes the axis from embed
     table = (("mlp", "fsdp"),) + TABLE
     assert sharding.spec(("embed", "mlp"), (16, 64), SIZES, table) == PartitionSpec(
-        "fsdp", "tensor")
-    assert sharding.spec(("mlp",), (64,), SIZES, table) == PartitionSpec("fsdp")
-    # a config's entries replace the table's for their logical axis
+        None, "fsdp")
+    # embed's fsdp before mlp's second choice, fsdp: mlp gets its first one, tensor
+    assert sharding.spec(("mlp", "embed"), (64, 16), SIZES, TABLE) == PartitionSpec(
+        "tensor", "fsdp")
+    # without tensor, a vector of MLP width falls to its second choice, fsdp, and a matrix's
+    # embed keeps fsdp
+    no_tensor = {"data": 2, "fsdp": 4, "tensor": 1}
+    assert sharding.spec(("mlp",), (64,), no_tensor, TABLE) == PartitionSpec("fsdp")
+    assert sharding.spec(("mlp", "embed"), (64, 16), no_tensor, TABLE) == PartitionSpec(
+        None, "fsdp")
+    # a config's entries come first and replace the table's for their logical axis: the MLP
+    # split by row over fsdp, not over tensor at all
     config = tiny_config(TINY_INDUCTION, **{"train.mesh.rules": [["mlp", "fsdp"]]})
     assert config.train.mesh.table()[0] == ("mlp", "fsdp")
     assert ("mlp", "tensor") not in config.train.mesh.table()
     assert sharding.spec(("embed", "mlp"), (16, 64), SIZES,
-                         config.train.mesh.table()) == PartitionSpec("fsdp")
+                         config.train.mesh.table()) == PartitionSpec(None, "fsdp")
     size_one = {"data": 8, "fsdp": 1, "tensor": 1}  # axes of size 1 are left out of the spec
     assert sharding.spec(("embed", "mlp"), (16, 64), size_one, TABLE) == PartitionSpec()
 
@@ -159,6 +169,31 @@ def test_boxes_appear_only_while_declaring():
         plain, is_leaf=lambda x: isinstance(x, nn.Partitioned)))
 
 
+def test_info_lays_a_config_out_for_any_device_count():
+    config = tiny_config(TINY_INDUCTION, **{"model.attention.fused_qkv": False,
+                                            "train.mesh.fsdp": 2, "train.mesh.tensor": 2})
+    lines = sharding.layout_lines(config, 8)
+    assert lines[0] == "mesh data=2 x fsdp=2 x tensor=2 over 8 device(s)"
+    up = next(line for line in lines if "block_0/mlp/up/kernel" in line).split()
+    # [16, 64] of axes (embed, mlp): fsdp splits the rows, tensor the columns
+    assert up[-2:] == ["(8,", "32)"] and "('fsdp'," in up and "'tensor')" in up
+
+
+def test_collective_bytes_are_read_from_a_compiled_programs_text():
+    hlo = """
+  %all-gather.1 = f32[64,256]{1,0} all-gather(%p), channel_id=1, dimensions={0}
+  %all-reduce.2 = (f32[], bf16[8,4]{1,0}) all-reduce(%a, %b), channel_id=2
+  %reduce-scatter.3 = f32[16]{0} reduce-scatter(%c), dimensions={0}
+  %all-gather-start.4 = (f32[2]{0}, f32[16]{0}) all-gather-start(%d), dimensions={0}
+  %add.5 = f32[64,256]{1,0} add(%x, %y)
+"""
+    assert collective_bytes(hlo) == {"all-gather": 64 * 256 * 4 + (2 + 16) * 4,
+                                      "all-reduce": 4 + 8 * 4 * 2, "reduce-scatter": 16 * 4}
+    assert mesh_overrides("fsdp=2,tensor=2") == {"train.mesh.data": -1, "train.mesh.fsdp": 2,
+                                                 "train.mesh.tensor": 2}
+    raises_one_line(lambda: mesh_overrides("model=2"), "--meshes entry 'model=2'", "fsdp")
+
+
 # ---------------------------------------------------------------- 8 devices, one subprocess
 
 EIGHT_DEVICES = """
@@ -166,6 +201,7 @@ import json, shutil, sys
 from pathlib import Path
 import jax, numpy as np
 from attnjax.config import Config, apply_overrides
+from attnjax.bench.mesh import mesh_row
 from attnjax.checkpoint import Checkpoints
 from attnjax.data import Dataset
 from attnjax.train import hyper, train
@@ -204,6 +240,12 @@ for family, (base, meshes) in FAMILIES.items():
         assert relative(s8.opt_state, s1.opt_state) < 1e-5, (family, mesh)
         print("EXACT", family, json.dumps(mesh), f"{worst:.1e}",
               f"{relative(s8.params, s1.params):.1e}")
+
+# attnjax bench mesh on the decoder: fsdp=8 holds an eighth of the state per device and
+# gathers each parameter whole at least once
+row = mesh_row(config_of(FAMILIES["decoder"][0], {"data": 1, "fsdp": 8}))
+assert row["state_vs_even"] < 1.05 and row["all_gather_bytes"] >= row["gather_analytic_bytes"] > 0
+print("BENCH", json.dumps({k: v for k, v in row.items() if k != "mesh"}))
 
 # a run saved on fsdp=8 resumes on data=2 x tensor=4, and that one on one device; each resume
 # starts from the step-10 checkpoint of a run stopped there (its later checkpoint and summary
@@ -260,7 +302,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
     assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
-    assert "ALL OK" in result.stdout
+    assert "ALL OK" in result.stdout and "BENCH" in result.stdout
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
     checkpoints = Checkpoints(tmp_path / "run" / "ckpt", read_only=True)

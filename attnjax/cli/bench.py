@@ -5,17 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnjax.cli.arguments import RegistryNames, add_command
+from attnjax.experiment import config_from_arguments
 from attnjax.registry import KERNELS, LAUNCHERS
-
-
-def _bench_config(overrides: list[str]):
-    """The config of ``bench memory|generate|eval``: an experiment file's, or the default
-    ``Config()``, with KEY=VALUE overrides."""
-    from attnjax.config import Config, apply_overrides
-    from attnjax.experiment import experiment_config
-    if overrides and "=" not in overrides[0]:
-        return experiment_config(overrides[0], overrides[1:])
-    return apply_overrides(Config(), overrides)
 
 
 def _attention(args) -> None:
@@ -38,14 +29,21 @@ def _sweep(args) -> None:
 
 def _memory(args) -> None:
     from attnjax.bench.memory import run_memory_benchmark
-    run_memory_benchmark(_bench_config(args.overrides), out=args.out)
+    run_memory_benchmark(config_from_arguments(args.overrides), out=args.out)
+
+
+def _mesh(args) -> None:
+    from attnjax.bench.mesh import LLAMA_110M, MESHES, run_mesh_benchmark
+    from attnjax.config import Config, apply_overrides
+    config = config_from_arguments(args.overrides, apply_overrides(Config(), LLAMA_110M))
+    run_mesh_benchmark(config, args.meshes or MESHES, run_steps=args.steps or 0, out=args.out)
 
 
 def _generate(args) -> None:
     from attnjax.bench.generate import run_generate_benchmark
     from attnjax.bench.translate import run_translation_benchmark
     from attnjax.models import family
-    config = _bench_config(args.overrides)
+    config = config_from_arguments(args.overrides)
     if family(config.model).objective(config.model) == "seq2seq":
         run_translation_benchmark(config, args.lengths or (64, 256, 1024), batch=args.batch,
                                   out=args.out)
@@ -56,7 +54,7 @@ def _generate(args) -> None:
 
 def _eval(args) -> None:
     from attnjax.bench.eval import run_eval_benchmark
-    run_eval_benchmark(_bench_config(args.overrides), out=args.out)
+    run_eval_benchmark(config_from_arguments(args.overrides), out=args.out)
 
 
 def _startup(args) -> None:
@@ -69,7 +67,7 @@ def _startup(args) -> None:
 
 def _patch(args) -> None:
     from attnjax.bench.patch import run_patch_benchmark
-    run_patch_benchmark(_bench_config(args.overrides), out=args.out)
+    run_patch_benchmark(config_from_arguments(args.overrides), out=args.out)
 
 
 def _report(args) -> None:
@@ -78,8 +76,8 @@ def _report(args) -> None:
 
 
 BENCHMARKS = {"attention": _attention, "train": _train, "sweep": _sweep, "memory": _memory,
-              "generate": _generate, "eval": _eval, "startup": _startup, "patch": _patch,
-              "report": _report}
+              "mesh": _mesh, "generate": _generate, "eval": _eval, "startup": _startup,
+              "patch": _patch, "report": _report}
 
 
 def _takes_config(args) -> bool:
@@ -87,7 +85,7 @@ def _takes_config(args) -> bool:
     startup a config, sweep one EXPERIMENT.py; report accepts and ignores them."""
     if args.what == "sweep":
         return len(args.overrides) <= 1 and all(o.endswith(".py") for o in args.overrides)
-    return args.what in ("memory", "generate", "eval", "startup", "patch", "report")
+    return args.what in ("memory", "mesh", "generate", "eval", "startup", "patch", "report")
 
 
 def _bench(args) -> int:
@@ -108,7 +106,9 @@ def add_bench(commands) -> None:
                         "of: attention (compiled memory and time of each kernel's gradient), "
                         "train (tokens/s and model-FLOPs utilisation), sweep (wall time of one "
                         "sweep with each launcher), memory (compiled memory of a config's "
-                        "training step, not run), generate (a cached decoding step at several "
+                        "training step, not run), mesh (per-device memory and collective bytes "
+                        "of a training step on each of several meshes; a Llama-shaped 110M "
+                        "model by default), generate (a cached decoding step at several "
                         "cache fills, full forwards without a cache, and whole generations), "
                         "eval (forward tokens/s of an evaluation against tokens per pass), "
                         "startup (the phases of one run trained twice in new processes sharing "
@@ -122,10 +122,16 @@ def add_bench(commands) -> None:
                        "takes KEY=VALUE overrides); memory, generate, eval: the model and "
                        "training config, an experiment file EXPERIMENT.py and/or KEY=VALUE "
                        "overrides (default: the default config, a width-128, 4-layer "
-                       "byte-level model)")
+                       "byte-level model); mesh: the same (default: a Llama-shaped 110M "
+                       "model)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",
                        help="train: timed steps per setting (default 50); sweep: steps per "
-                       "run (default 300)")
+                       "run (default 300); mesh: dispatches run on each mesh after it is "
+                       "measured (default 0: compiled, not run)")
+    bench.add_argument("--meshes", nargs="+", default=None, metavar="MESH",
+                       help="mesh: the meshes, each AXIS=SIZE[,AXIS=SIZE] over data, fsdp, "
+                       "tensor, data taking the devices left (default: fsdp=1 fsdp=2 fsdp=4 "
+                       "fsdp=8 tensor=2 tensor=4 tensor=8)")
     bench.add_argument("--seeds", type=int, default=8, metavar="N",
                        help="sweep: number of seeds of the experiment (default: "
                        "%(default)s of experiments/baseline.py)")

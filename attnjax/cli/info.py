@@ -4,6 +4,7 @@ with a float64 NumPy oracle (``attnjax.parity``)."""
 from __future__ import annotations
 
 from attnjax.cli.arguments import add_command
+from attnjax.config.mesh import MeshConfig
 from attnjax.registry import KERNELS, MODELS, POSITIONS
 
 
@@ -54,6 +55,16 @@ def _info(args) -> int:
     print("\nModel families (model.family):")
     for name, line in family_support():
         print(f"  {name:<11} {line}")
+    print("\nSharding rules (train.mesh.rules first, then these, applied in order: each gives "
+          "its mesh axes to a dimension of its logical axis if they are free and divide it):")
+    for logical, target in MeshConfig().table():
+        print(f"  {logical:<13} -> {target}")
+    if args.config:
+        from attnjax.experiment import config_from_arguments
+        from attnjax.sharding import layout_lines
+        print()
+        print("\n".join(layout_lines(config_from_arguments(args.config),
+                                     args.devices or jax.device_count())))
     print("\nParity vs a float64 NumPy oracle (outputs and d/dq,k,v; max abs / max rel):")
     header = (f"  {'kernel':<10} {'setting':<12} {'out abs':>9} {'out rel':>9} "
               f"{'grad abs':>9} {'grad rel':>9}")
@@ -70,6 +81,11 @@ def add_info(commands) -> None:
                        "encodings, with a parity table of the kernels", "Show the JAX backend, "
                        "every registered attention kernel and position encoding, and each "
                        "kernel's error against a float64 NumPy oracle (outputs and gradients).")
+    info.add_argument("config", nargs="*", metavar="CONFIG",
+                      help="an experiment file EXPERIMENT.py and/or KEY=VALUE overrides: show "
+                      "the mesh it trains on and where each parameter lives on it")
+    info.add_argument("--devices", type=int, default=None, metavar="N",
+                      help="with CONFIG: lay it out for N devices (default: this machine's)")
     info.add_argument("--no-grads", action="store_true",
                       help="check the parity of outputs only, not of gradients (faster)")
     info.set_defaults(run=_info)

@@ -14,13 +14,15 @@ PLACEMENT = "train.mesh."
 
 # The logical axes of parameters and activations (attnjax.nn.axes), and where each goes:
 # ``(logical axis, mesh axes)``, mesh axes joined by "+" to split one axis over several, or
-# "none". A logical axis tries its entries in order and takes the first whose mesh axes are
-# not used by another dimension of the same array and whose size divides the dimension; one
-# with no such entry is not split. The batch is split over data and fsdp (FSDP is data
-# parallelism whose parameters are split too: ZeRO-3, gathered layer by layer); every matrix
-# over fsdp along its model width; heads, the MLP's width and the vocabulary over tensor
-# (Megatron: query/key/value and the MLP's first matrix by column, the output projections by
-# row).
+# "none". The entries are applied in order (attnjax.sharding.spec): each gives its mesh axes
+# to a dimension of its logical axis that has none yet, unless another dimension of the same
+# array took them or their size does not divide it; a dimension no entry fits is not split.
+# The batch is split over data and fsdp (FSDP is data parallelism whose parameters are split
+# too: ZeRO-3, gathered layer by layer); every matrix over fsdp along its model width; heads,
+# the MLP's width and the vocabulary over tensor (Megatron: query/key/value and the MLP's
+# first matrix by column, the output projections by row); a vector of heads, MLP or
+# vocabulary width (a bias, a learned scale) over tensor, or without one over fsdp, so that
+# FSDP leaves nothing whole.
 RULES = (
     ("batch", "data+fsdp"),
     ("embed", "fsdp"),
@@ -29,6 +31,10 @@ RULES = (
     ("mlp", "tensor"),
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
+    ("vocab", "fsdp"),
+    ("mlp", "fsdp"),
+    ("heads", "fsdp"),
+    ("kv_heads", "fsdp"),
     ("act_heads", "tensor"),
     ("act_kv_heads", "tensor"),
     ("act_mlp", "tensor"),
