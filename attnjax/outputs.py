@@ -11,14 +11,22 @@ line shows that line instead of a traceback (``FileExistsError``, ``NotADirector
 - ``saving``: around the write of a result file (``eval.json``) into a run: any ``OSError`` is
   one ``NotSavedError`` line, ``could not save NAME in DIR (REASON)``, which a read command
   prints after its results instead of failing (see ``attnjax eval``).
+- ``staged_directory``: a directory written whole or not at all (an imported run, an
+  exported model): written in a staging directory beside it and renamed into place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
+
+from attnjax.interrupts import raise_interrupt
 
 
 class NotSavedError(ValueError):
@@ -115,3 +123,45 @@ def saving(name: str, directory: str | Path):
     except OSError as error:
         raise NotSavedError(f"could not save {name} in {str(directory)!r} "
                             f"({error.strerror or type(error).__name__})") from None
+
+
+@contextlib.contextmanager
+def staged_directory(path: str | Path, verb: str):
+    """Around the writing of the directory ``path`` (which must not exist, or be empty): yields
+    a staging directory beside it, ``.<verb>-<name>-<pid>``, renamed to ``path`` when the block
+    ends, so that no reader ever sees part of it. An error, Ctrl-C or SIGTERM (turned into
+    ``KeyboardInterrupt`` for the block, in the main thread) removes the staging directory on
+    the way out; those a SIGKILL left (their process gone) are removed first."""
+    path = Path(path)
+    remove_stale_staging(path, verb)
+    staging = path.with_name(f".{verb}-{path.name}-{os.getpid()}")
+    previous = (signal.signal(signal.SIGTERM, raise_interrupt)
+                if threading.current_thread() is threading.main_thread() else None)
+    try:
+        staging.mkdir(parents=True)
+        yield staging
+        os.rename(staging, path)          # replaces an empty directory at ``path``
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def remove_stale_staging(path: Path, verb: str) -> None:
+    """Remove the staging directories (``staged_directory``) of ``path`` whose process is gone
+    (killed by SIGKILL, which no ``finally`` survives)."""
+    for staging in path.parent.glob(f"{glob.escape(f'.{verb}-{path.name}')}-*"):
+        pid = staging.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not running(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending one)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's
+        return True
+    return True

@@ -21,7 +21,7 @@ from attnjax.analysis.figures import subplots
 from attnjax.analysis.occlusion import (embedding_occlusion, head_mean_weights,
                                         occlusion_agreement, plot_embedding_occlusion,
                                         plot_occlusion)
-from attnjax.config import apply_overrides
+from attnjax.config import Config, apply_overrides
 from attnjax.data.encoder import SPECIAL_TOKENS, encoder_specials
 from attnjax.data.seq2seq import SPECIAL_TOKENS as SEQ2SEQ_TOKENS
 from attnjax.data.seq2seq import seq2seq_specials
@@ -250,17 +250,34 @@ def _occlusion_part(config, params, probe: dict, out: Path, name: str, draws: in
             f"({draws} draws per key).")
 
 
+def stream_statistics(probe: dict, streams: dict[str, np.ndarray]) -> dict[str, dict]:
+    """An encoder–decoder's per-head statistics over the whole probe, from its ``streams``
+    (``capture.stream_attention``): ``cross``, over the real target queries and source keys,
+    ``alignment`` (``ops.stats.argmax_hits``: the share of target tokens whose largest weight
+    is on the gold source position, where the data has one), ``norm_entropy`` and
+    ``max_weight``; ``encoder``, the weight statistics (``ops.stats.weight_statistics``) over
+    the real source tokens. Group -> name -> ``[layers, heads]`` float64."""
+    real = probe["source_mask"].astype(bool)
+    cross = streams["cross"]
+    visible = (probe["weights"] > 0)[:, None, :, None] & real[:, None, None, :]
+    stats = {"norm_entropy": stats_ops.normalized_entropy(cross, visible),
+             "max_weight": stats_ops.max_weight(cross, visible)}
+    if "alignment" in probe:
+        hits, count = stats_ops.argmax_hits(cross, probe["alignment"], probe["weights"] > 0)
+        stats = {"alignment": hits / max(float(count), 1.0), **stats}
+    encoder = stats_ops.weight_statistics(streams["encoder"],
+                                          real[:, None, :, None] & real[:, None, None, :])
+    return {name: {k: np.asarray(v, np.float64) for k, v in group.items()}
+            for name, group in (("cross", stats), ("encoder", encoder))}
+
+
 def _stream_pictures(config, params, probe: dict, out: Path, name: str,
                      max_tokens: int) -> str | None:
     """An encoder–decoder's other attention, example 0 cut to its real tokens:
     ``cross_L{l}H{h}.png`` (target tokens over source tokens) and ``cross_grid.png``, and the
     encoder's self-attention ``encoder_L{l}H{h}.png`` and ``encoder_grid.png``; and
-    ``cross_heads.md``, the tables it returns, over the whole probe: per cross-attention head
-    its alignment (``ops.stats.argmax_hits``: the share of target tokens whose largest weight
-    is on the gold source position, where the data has one), normalised entropy and largest
-    weight over the real source tokens; per encoder head the weight statistics
-    (``ops.stats.weight_statistics``) over the real source tokens. None for the other
-    families."""
+    ``cross_heads.md``, the tables it returns: ``stream_statistics`` over the whole probe.
+    None for the other families."""
     streams = stream_attention(config, params, probe["inputs"], model_arguments(config, probe))
     if not streams:
         return None
@@ -279,22 +296,62 @@ def _stream_pictures(config, params, probe: dict, out: Path, name: str,
                                out / f"{stream}_L{layer}H{head}.png", max_tokens=max_tokens,
                                key_labels=cols)
         plot_head_grid(weights, out / f"{stream}_grid.png", f"{name}: {what}, example 0")
-    real = probe["source_mask"].astype(bool)
-    cross = streams["cross"]
-    visible = (probe["weights"] > 0)[:, None, :, None] & real[:, None, None, :]
-    stats = {"norm_entropy": stats_ops.normalized_entropy(cross, visible),
-             "max_weight": stats_ops.max_weight(cross, visible)}
-    if "alignment" in probe:
-        hits, count = stats_ops.argmax_hits(cross, probe["alignment"], probe["weights"] > 0)
-        stats = {"alignment": hits / max(float(count), 1.0), **stats}
-    encoder = stats_ops.weight_statistics(streams["encoder"],
-                                          real[:, None, :, None] & real[:, None, None, :])
-    tables = [format_head_table({k: np.asarray(v) for k, v in group.items()})
-              for group in (stats, encoder)]
+    tables = [format_head_table(group) for group in stream_statistics(probe, streams).values()]
     text = (f"## Cross-attention heads\n\n{tables[0]}\n\n"
             f"## Encoder self-attention heads\n\n{tables[1]}")
     (out / "cross_heads.md").write_text(f"# Encoder-decoder heads: {name}\n\n{text}\n")
     return text
+
+
+def check_probe_arguments(*, text: str | None = None, batch: int | None = None,
+                          length: int | None = None, which: str = "best") -> None:
+    """Refuse, in one line, probe arguments no run takes (before the run is read)."""
+    if which not in ("best", "latest"):
+        raise ValueError(f"which={which!r} is not valid; choices: best, latest")
+    if text is not None and batch is not None:
+        raise ValueError("give text or batch, not both")
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if length is not None and length < 2:
+        raise ValueError(f"length must be >= 2, got {length}")
+
+
+def probe_config(run_dir, overrides=()) -> tuple[RunDir, Config]:
+    """The run directory and its config with dotted ``overrides`` for this evaluation (refused
+    in one line where they change a parameter's shape)."""
+    run = RunDir(run_dir)
+    stored = run.config()
+    config = apply_overrides(stored, overrides) if overrides else stored
+    check_same_parameters(stored.model, config.model, overrides)
+    return run, config
+
+
+def checked_probe(run: RunDir, config: Config, *, text: str | None = None,
+                  batch: int | None = None, length: int | None = None,
+                  which: str = "best") -> tuple[dict, dict, int]:
+    """``(probe, params, step)``: the probe (``text``, else the first ``batch`` validation
+    examples, default 4, of ``length`` tokens, default the training length; its arguments
+    checked by ``check_probe_arguments``) and checkpoint ``which`` of ``run``, refused in one
+    line before anything is built where the length is past what the model takes or the
+    forward pass and every layer's weights would not fit in memory
+    (``train.footprint.check_inference``)."""
+    if length is not None:
+        check_probe_length(config, length)          # e.g. a learned table has max_length rows
+    if text is not None:                            # tokenised first: its length is known
+        probe = probe_examples(config, text=text, length=length)
+        rows, T = probe["inputs"].shape
+    else:                                           # checked first: built only if it fits
+        rows, T = batch or 4, length or config.data.length
+    asked = [f"--{name} {value}" for name, value in (("batch", batch), ("length", length))
+             if value is not None]
+    check_inference(config, {"activations": forward_bytes(config, rows, T),
+                             "every layer's weights": weights_bytes(config, rows, T)},
+                    f"{' '.join(asked or ['the probe'])}: attention on {rows} x {T} tokens",
+                    "probe fewer (--batch) or shorter (--length, --text) sequences")
+    if text is None:
+        probe = probe_examples(config, batch_size=rows, length=length)
+    _, params, step = run.params(which)
+    return probe, params, step
 
 
 def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: int | None = None,
@@ -312,40 +369,16 @@ def write_attention_report(run_dir, out_dir, *, text: str | None = None, batch: 
     ``model.attention.scale_multiplier=1e-6``). With ``occlusion``, also the occlusion
     attribution of ``attnjax.analysis.occlusion`` with ``draws`` replacements per key:
     ``occlusion.png``, ``occlusion.csv``. Returns the Markdown tables (the per-head one last)."""
-    if which not in ("best", "latest"):
-        raise ValueError(f"which={which!r} is not valid; choices: best, latest")
-    if text is not None and batch is not None:
-        raise ValueError("give text or batch, not both")
-    if batch is not None and batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if length is not None and length < 2:
-        raise ValueError(f"length must be >= 2, got {length}")
+    check_probe_arguments(text=text, batch=batch, length=length, which=which)
     if draws < 1:
         raise ValueError(f"draws must be >= 1, got {draws}")
-    run = RunDir(run_dir)
-    stored = run.config()
-    config = apply_overrides(stored, overrides) if overrides else stored
-    check_same_parameters(stored.model, config.model, overrides)
+    run, config = probe_config(run_dir, overrides)
     if occlusion and _objective(config) not in ("next_token", "embedding"):
         raise ValueError(f"--occlusion needs a next-token model or one that outputs hidden "
                          f"states (model.classifier='hidden'); this run trains "
                          f"{_objective(config)!r}")
-    if length is not None:
-        check_probe_length(config, length)          # e.g. a learned table has max_length rows
-    if text is not None:                            # tokenised first: its length is known
-        probe = probe_examples(config, text=text, length=length)
-        rows, T = probe["inputs"].shape
-    else:                                           # checked first: built only if it fits
-        rows, T = batch or 4, length or config.data.length
-    asked = [f"--{name} {value}" for name, value in (("batch", batch), ("length", length))
-             if value is not None]
-    check_inference(config, {"activations": forward_bytes(config, rows, T),
-                             "every layer's weights": weights_bytes(config, rows, T)},
-                    f"{' '.join(asked or ['the probe'])}: attention on {rows} x {T} tokens",
-                    "probe fewer (--batch) or shorter (--length, --text) sequences")
-    if text is None:
-        probe = probe_examples(config, batch_size=rows, length=length)
-    _, params, step = run.params(which)
+    probe, params, step = checked_probe(run, config, text=text, batch=batch, length=length,
+                                        which=which)
     tokens, arguments = probe["inputs"], model_arguments(config, probe)
     weights = attention_weights(config, params, tokens, arguments)[:, 0]   # [layers, heads, T, T]
     labels = token_labels(tokens[0], config.data)

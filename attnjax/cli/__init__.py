@@ -1,11 +1,12 @@
-"""Command line: ``attnjax train | eval | generate | import | sweep | audit | sweep-status |
-report | attention | heads | lens | patch | recall | compare | info | bench``. The only package
-that parses argv: each module owns a group of commands, their parsers (``add_<command>``) and
-handlers, and this one assembles the top-level parser (``build_parser``) and dispatches
-(``main``). Bad input (a misspelled override, a wrong type, a missing, hostile or unwritable
-file) is one line on stderr and exit status 2, raised before anything compiles: the library
-raises ``ValueError`` (``attnjax.userfiles`` turns a parser's errors into one) or an
-``OSError``, and ``main`` prints it. Anything else is a bug in attnjax, and says so.
+"""Command line: ``attnjax train | eval | generate | import | export | sweep | audit |
+sweep-status | report | attention | explore | heads | lens | patch | recall | compare | info |
+bench``. The only package that parses argv: each module owns a group of commands, their parsers
+(``add_<command>``) and handlers, and this one assembles the top-level parser
+(``build_parser``) and dispatches (``main``). Bad input (a misspelled override, a wrong type, a
+missing, hostile or unwritable file) is one line on stderr and exit status 2, raised before
+anything compiles: the library raises ``ValueError`` (``attnjax.userfiles`` turns a parser's
+errors into one) or an ``OSError``, and ``main`` prints it. Anything else is a bug in attnjax,
+and says so.
 
 Handlers import what they run (training, analysis, benchmarks) inside their bodies, so that
 building the parser for ``attnjax --help`` or a bad argument imports none of it
@@ -14,10 +15,10 @@ only reason an import sits inside a function here.
 
 - ``arguments``: what the parsers share (``add_command``, ``--checkpoint``, registry choices)
 - ``train``: train, eval, generate
-- ``pretrained``: import
+- ``pretrained``: import, export
 - ``sweep``: sweep, sweep-status, report
 - ``audit``: audit
-- ``analysis``: attention, heads, lens, patch, recall, compare
+- ``analysis``: attention, explore, heads, lens, patch, recall, compare
 - ``info``: info
 - ``bench``: bench
 """
@@ -47,15 +48,16 @@ KEY=VALUE overrides set dotted config fields, e.g. model.position.kind=alibi.
 
 # the commands in the order ``attnjax --help`` lists them
 COMMANDS = (train.add_train, train.add_eval, train.add_generate, pretrained.add_import,
-            sweep.add_sweep, audit.add_audit, sweep.add_sweep_status, sweep.add_report,
-            analysis.add_attention, analysis.add_heads, analysis.add_lens, analysis.add_patch,
-            analysis.add_recall,
-            analysis.add_compare, info.add_info, bench.add_bench)
+            pretrained.add_export, sweep.add_sweep, audit.add_audit, sweep.add_sweep_status,
+            sweep.add_report, analysis.add_attention, analysis.add_explore, analysis.add_heads,
+            analysis.add_lens, analysis.add_patch, analysis.add_recall, analysis.add_compare,
+            info.add_info, bench.add_bench)
 
 
 # the commands that compile a run's programs to read it; train, sweep and audit turn on JAX's
 # persistent compilation cache themselves, bench measures compilation and leaves it off
-READ_RUNS = ("eval", "generate", "attention", "heads", "lens", "patch", "recall", "compare")
+READ_RUNS = ("eval", "generate", "attention", "explore", "heads", "lens", "patch", "recall",
+             "compare")
 
 
 def _version() -> str:

@@ -1,8 +1,9 @@
-"""``attnjax attention | heads | lens | patch | recall | compare``: what a trained run's heads do
-(``attnjax.analysis``)."""
+"""``attnjax attention | explore | heads | lens | patch | recall | compare``: what a trained run's
+heads do (``attnjax.analysis``)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from attnjax.cli.arguments import add_checkpoint, add_command, check_range, utf8_text
@@ -20,8 +21,8 @@ def out_checked_first(handler):
     return run
 
 
-def _attention(args) -> int:
-    from attnjax.analysis.heatmaps import write_attention_report
+def check_probe_options(args) -> None:
+    """Refuse, in one line, the probe options (``add_probe_options``) that no run takes."""
     if args.text is not None and args.batch is not None:
         raise ValueError("give --text or --batch, not both")
     utf8_text("--text", args.text)
@@ -29,6 +30,29 @@ def _attention(args) -> int:
         check_range("--batch", args.batch, 1, INT32)
     if args.length is not None:      # the model's own bound (and the memory) once it is read
         check_range("--length", args.length, 2, LENGTH)
+
+
+def add_probe_options(parser) -> None:
+    """A run and a probe of it: RUN_DIR, KEY=VALUE overrides, --text, --batch, --length."""
+    parser.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
+                        "'attnjax train' or 'attnjax import'")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides for this evaluation only, e.g. "
+                        "model.attention.scale_multiplier=1e-6")
+    parser.add_argument("--text", default=None,
+                        help="probe text for text runs (its bytes, or its ids under the "
+                        "run's tokenizer), e.g. \"def main(argv):\"")
+    parser.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="probe with N validation examples of the run's own data "
+                        "(default 4 if no --text)")
+    parser.add_argument("--length", type=int, default=None, metavar="N",
+                        help="probe length in tokens (default: the training length); "
+                        "longer shows the heads past it")
+
+
+def _attention(args) -> int:
+    from attnjax.analysis.heatmaps import write_attention_report
+    check_probe_options(args)
     if args.draws is not None and not args.occlusion:
         raise ValueError("--draws is read only with --occlusion")
     print(write_attention_report(args.workdir, args.out, text=args.text, batch=args.batch,
@@ -36,8 +60,21 @@ def _attention(args) -> int:
                                  overrides=args.overrides, occlusion=args.occlusion,
                                  draws=8 if args.draws is None else args.draws))
     extra = ", occlusion.png" if args.occlusion else ""
+    print(f"every head, token by token, in one HTML file: {explore_command(args)}")
     print(f"wrote heatmaps, grid.png{extra} and head_stats.md to {args.out}")
     return 0
+
+
+def explore_command(args) -> str:
+    """The ``attnjax explore`` command of the run and probe of an ``attnjax attention``
+    command, writing ``explorer.html`` into its ``--out``."""
+    probe = (["--text", args.text] if args.text is not None else
+             ["--batch", str(args.batch)] if args.batch is not None else [])
+    length = ["--length", str(args.length)] if args.length is not None else []
+    checkpoint = ["--checkpoint", args.checkpoint] if args.checkpoint != "best" else []
+    words = ["attnjax", "explore", args.workdir, *args.overrides, *probe, *length, *checkpoint,
+             "--out", str(Path(args.out) / "explorer.html")]
+    return shlex.join(words)
 
 
 def add_attention(commands) -> None:
@@ -46,20 +83,7 @@ def add_attention(commands) -> None:
                             "Run a trained model on a probe input and write one heatmap per "
                             "layer and head, grid.png with every head, and head_stats.md/.csv "
                             "(entropy, sink mass, previous-token and induction scores, ...).")
-    attention.add_argument("workdir", metavar="RUN_DIR", help="run directory written by "
-                           "'attnjax train' or 'attnjax import'")
-    attention.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                           help="config overrides for this evaluation only, e.g. "
-                           "model.attention.scale_multiplier=1e-6")
-    attention.add_argument("--text", default=None,
-                           help="probe text for text runs (its bytes, or its ids under the "
-                           "run's tokenizer), e.g. \"def main(argv):\"")
-    attention.add_argument("--batch", type=int, default=None, metavar="N",
-                           help="probe with N validation examples of the run's own data "
-                           "(default 4 if no --text)")
-    attention.add_argument("--length", type=int, default=None, metavar="N",
-                           help="probe length in tokens (default: the training length); "
-                           "longer shows the heads past it")
+    add_probe_options(attention)
     attention.add_argument("--out", required=True, metavar="DIR",
                            help="directory to write the heatmaps and statistics into")
     add_checkpoint(attention)
@@ -70,6 +94,43 @@ def add_attention(commands) -> None:
     attention.add_argument("--draws", type=int, default=None, metavar="N",
                            help="with --occlusion: random replacements per key (default: 8)")
     attention.set_defaults(run=out_checked_first(_attention))
+
+
+def _explore(args) -> int:
+    from attnjax.analysis.explore import write_explorer
+    from attnjax.outputs import output_file
+    check_probe_options(args)
+    check_range("--max-tokens", args.max_tokens, 1, LENGTH)
+    output_file(args.out, "--out")
+    print(write_explorer(args.workdir, args.out, text=args.text, batch=args.batch,
+                         length=args.length, which=args.checkpoint, max_tokens=args.max_tokens,
+                         overrides=args.overrides, results=args.results))
+    return 0
+
+
+def add_explore(commands) -> None:
+    explore = add_command(commands, "explore", "every layer and head of a run on a probe, token "
+                          "by token, in one self-contained HTML file to open in a browser",
+                          "Run a trained model on a probe input and write one HTML file (no "
+                          "server, no network: the data is inside it) to explore its attention: "
+                          "every head as a small map with its statistics on hover, one head with "
+                          "its tokens written out (lines or a labelled matrix; hover a token for "
+                          "its row or column; arrow keys change layer and head), several heads "
+                          "overlaid in colour, and a sortable table of per-head statistics, with "
+                          "the shares of 'attnjax patch' and 'attnjax heads' results in the run "
+                          "directory. An encoder-decoder's cross-attention and encoder heads too.")
+    add_probe_options(explore)
+    explore.add_argument("--out", required=True, metavar="FILE.html",
+                         help="the HTML file to write")
+    explore.add_argument("--max-tokens", type=int, default=128, metavar="N",
+                         help="show the first N queries and keys of each example (the weights "
+                         "grow as N squared; the statistics use every token; default: "
+                         "%(default)s)")
+    explore.add_argument("--results", action="append", default=None, metavar="DIR",
+                         help="a directory of 'attnjax patch' or 'attnjax heads' output to show "
+                         "on the heads (repeatable; default: those inside RUN_DIR)")
+    add_checkpoint(explore)
+    explore.set_defaults(run=_explore)
 
 
 def _heads(args) -> int:

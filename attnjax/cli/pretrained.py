@@ -1,8 +1,9 @@
-"""``attnjax import``: a local Hugging Face model directory as an attnjax run directory."""
+"""``attnjax import``: a local Hugging Face model directory as an attnjax run directory;
+``attnjax export``: a run directory as a Hugging Face model directory."""
 
 from __future__ import annotations
 
-from attnjax.cli.arguments import OVERRIDES, add_command
+from attnjax.cli.arguments import OVERRIDES, add_checkpoint, add_command
 
 
 def _import(args) -> int:
@@ -41,3 +42,34 @@ def add_import(commands) -> None:
     command.add_argument("--workdir", required=True, metavar="DIR",
                          help="the run directory to write (must not exist)")
     command.set_defaults(run=_import)
+
+
+def _export(args) -> int:
+    from attnjax.pretrained.export import export_run
+    done = export_run(args.run_dir, args.out, args.checkpoint)
+    files = ", ".join(["config.json", f"model.safetensors ({done.tensors} tensors, "
+                                      f"{done.nbytes / 1e6:.1f} MB float32)",
+                       *["tokenizer.json"] * done.tokenizer])
+    print(f"exported {args.run_dir} ({args.checkpoint} checkpoint, step {done.step}) as "
+          f"{done.kind} ({done.class_name}): {done.reason}")
+    print(f"wrote {args.out}: {files}")
+    return 0
+
+
+def add_export(commands) -> None:
+    command = add_command(
+        commands, "export", "export a run directory as a Hugging Face model directory",
+        "Write a Hugging Face model directory (config.json, model.safetensors in float32, and "
+        "tokenizer.json when the run has one) from a run's checkpoint: the import's mapping "
+        "read backwards, so importing the directory again computes the run's logits bit for "
+        "bit. An imported run is written as the architecture it came from (GPT-2, Llama, "
+        "Mistral, Qwen2, BERT); a run trained here as the first of GPT-2 and Llama (a "
+        "decoder) or BERT (an encoder) whose config expresses it, said on stdout. A model no "
+        "such architecture expresses (ALiBi, a LayerNorm Llama, a pre-norm BERT, ...) is "
+        "refused in one line naming the config field, before anything is written; the "
+        "directory appears whole or not at all.")
+    command.add_argument("run_dir", metavar="RUN", help="the run directory")
+    command.add_argument("--out", required=True, metavar="DIR",
+                         help="the directory to write (absent or empty)")
+    add_checkpoint(command)
+    command.set_defaults(run=_export)

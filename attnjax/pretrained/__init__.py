@@ -1,7 +1,8 @@
 """Pretrained checkpoints: a local Hugging Face model directory, or a GGUF file
 (``attnjax.pretrained.gguf``), as an attnjax model (``load_pretrained``; the architectures in
 ``attnjax.pretrained.architectures``), and as an attnjax run directory with its tokenizer
-(``import_run``)."""
+(``import_run``); and a run directory back as a Hugging Face directory
+(``attnjax.pretrained.export``, through the same name tables: ``attnjax.pretrained.links``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Hugging Face architectures as attnjax models: each reads a ``config.json`` into a
-``ModelConfig`` that computes the same function, and its tensors into that model's parameter
-tree. What a checkpoint sets that the mapping does not express (an activation, a RoPE
-scaling type, a sliding window, a tensor nobody reads) is refused in one line, never
-approximated.
+"""Hugging Face architectures as attnjax models, both ways: each reads a ``config.json`` into a
+``ModelConfig`` that computes the same function (``config``), lists that model's tensors as a
+name table (``table``: ``attnjax.pretrained.links``, which the import reads one way and the
+export the other) and writes the model back as its ``config.json`` (``hf``, for the export).
+What a checkpoint sets that the mapping does not express (an activation, a RoPE scaling type,
+a sliding window, a tensor nobody reads) is refused in one line, never approximated.
 
 - ``gpt2``: pre-norm LayerNorm blocks, learned positions, GELU (tanh), biases everywhere,
   fused ``c_attn`` in Conv1D layout (``x @ W``), the output tied to the token embedding.
@@ -13,14 +14,14 @@ approximated.
 - ``bert``: post-norm LayerNorm blocks, learned absolute positions and token types, LayerNorm
   on the summed embeddings, exact GELU; ``BertForMaskedLM`` (weights under ``bert.``) with
   the masked-language head ``cls.predictions`` tied to the word embeddings, a ``BertModel``
-  (MiniLM, sentence-embedding models) outputting its last hidden states.
-
-Torch ``Linear`` weights are ``[out, in]`` (``y = x W^T``); attnjax's kernels are ``[in, ...]``
-with heads as axes: queries ``[d, N, H]``, the output projection ``[N, H, d]``.
+  (MiniLM, sentence-embedding models) outputting its last hidden states, or a
+  ``BertForSequenceClassification``: BERT's [CLS] pooler and a classifier
+  (``model.classifier=cls``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -31,112 +32,11 @@ from flax.traverse_util import flatten_dict
 
 from attnjax.config import AttentionConfig, ModelConfig, PositionConfig
 from attnjax.models import parameter_shapes
-from attnjax.pretrained.weights import DTYPES, FLOATS
-
-
-class CheckpointError(ValueError):
-    """A checkpoint's tensors that a mapping refuses (missing, unread, of a dtype it does not
-    read, a tie that does not hold)."""
-
-
-class Placeholder(np.ndarray):
-    """A tensor's shape without its data (a zero-strided array of float32 zeros) that
-    remembers the tensor it stands for (``source``) through views, reshapes and splits: a
-    mapping run on placeholders gives every parameter's shape before any data is read."""
-
-    source: str | None = None
-
-    def __array_finalize__(self, obj):
-        self.source = getattr(obj, "source", None)
-
-    def __array_function__(self, func, types, args, kwargs):
-        """``np.concatenate`` of placeholders is the placeholder of the joined shape (nothing
-        allocated), standing for all of their tensors."""
-        if func is not np.concatenate:
-            return super().__array_function__(func, types, args, kwargs)
-        arrays, axis = args[0], kwargs.get("axis", args[1] if len(args) > 1 else 0)
-        shapes = [a.shape for a in arrays]
-        if any(not -len(shape) <= axis < len(shape) for shape in shapes):
-            raise ValueError(f"cannot concatenate shapes {shapes} on axis {axis}")
-        rests = [list(shape) for shape in shapes]
-        joined = sum(rest.pop(axis) for rest in rests)
-        if any(rest != rests[0] for rest in rests):
-            raise ValueError(f"cannot concatenate shapes {shapes} on axis {axis}")
-        shape = rests[0]
-        shape.insert(axis % (len(shape) + 1), joined)
-        return placeholder(" + ".join(str(getattr(a, "source", "?")) for a in arrays),
-                           tuple(shape))
-
-
-def placeholder(name: str, shape: tuple[int, ...]) -> Placeholder:
-    array = np.broadcast_to(np.float32(0), shape).view(Placeholder)
-    array.source = name
-    return array
-
-
-class Checkpoint:
-    """A checkpoint's tensors (``headers``: name -> a header with ``shape``, ``floating`` and
-    ``type_name``: ``weights.Tensor``, ``gguf.GGUFTensor``) and how a mapping gets one: its
-    data (``load(name)``), or without ``load`` a ``placeholder`` of its shape; ``last`` is the
-    name of the tensor asked for last."""
-
-    def __init__(self, headers: dict, load: Callable[[str], np.ndarray] | None = None):
-        self.headers, self.load, self.last = headers, load, None
-
-    @property
-    def read(self) -> bool:
-        return self.load is not None
-
-    def get(self, name: str) -> np.ndarray:
-        self.last = name
-        return (self.load(name) if self.read
-                else placeholder(name, self.headers[name].shape))
-
-
-class Tensors:
-    """A checkpoint's tensors by name, under the first of ``prefixes`` its names use (``bert.``
-    when saved from a model with a head); a tensor taken must be floating point;
-    ``check_all_read`` refuses a checkpoint with tensors nobody took (but those whose names
-    contain one of ``skip``: buffers and unused parts)."""
-
-    def __init__(self, checkpoint: Checkpoint, prefixes=(), skip=()):
-        names = checkpoint.headers
-        self.prefix = next((p for p in prefixes if any(k.startswith(p) for k in names)), "")
-        self.checkpoint, self.skip, self.taken = checkpoint, tuple(skip), set()
-
-    def __call__(self, name: str, prefixed: bool = True) -> np.ndarray:
-        key = self.prefix + name if prefixed else name
-        tensor = self.checkpoint.headers.get(key)
-        if tensor is None:
-            raise CheckpointError(f"the checkpoint has no tensor {key!r}")
-        if not tensor.floating:
-            raise CheckpointError(f"tensor {key!r} is {tensor.type_name}; supported: "
-                                  f"{', '.join(DTYPES[name].name for name in FLOATS)}")
-        self.taken.add(key)
-        return self.checkpoint.get(key)
-
-    def has(self, name: str, prefixed: bool = True) -> bool:
-        return (self.prefix + name if prefixed else name) in self.checkpoint.headers
-
-    def tied(self, name: str, embedding: np.ndarray) -> None:
-        """A saved copy (``name``, unprefixed) of an output layer tied to ``embedding`` must
-        equal it (in shape, and in value once the data is read)."""
-        if not self.has(name, prefixed=False):
-            return
-        saved = self(name, prefixed=False)
-        if saved.shape != embedding.shape or (self.checkpoint.read
-                                              and not np.array_equal(saved, embedding)):
-            raise CheckpointError(f"the checkpoint's {name!r} differs from the embedding it is "
-                                  "tied to")
-
-    def check_all_read(self) -> None:
-        rest = sorted(k for k in self.checkpoint.headers
-                      if k not in self.taken and not any(s in k for s in self.skip))
-        if rest:
-            raise CheckpointError(f"the checkpoint has {len(rest)} tensor(s) this mapping "
-                                  f"does not read, e.g. {rest[0]!r}: an architecture variant "
-                                  "attnjax does not express")
-
+from attnjax.nn.transformer import mlp_width
+from attnjax.pretrained.links import (GATE_UP, TRANSPOSED, Link, Table, by_head, heads_in,
+                                      heads_out, norm_links, read_links, thirds)
+from attnjax.pretrained.tensors import Checkpoint, CheckpointError
+from attnjax.registry import DROPOUTS
 
 REQUIRED = object()
 
@@ -218,34 +118,30 @@ def rope_position(hf: dict) -> PositionConfig:
                                                        within))
 
 
-def heads_in(weight: np.ndarray, heads: int) -> np.ndarray:
-    """A torch ``Linear`` weight ``[heads H, d]`` as an attnjax kernel ``[d, heads, H]``."""
-    return weight.T.reshape(weight.shape[1], heads, -1)
+# -------------------------------------------------------------------------- shared by several
+
+GELUS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
+GELU_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu"}      # attnjax's GELUs as written back
 
 
-def heads_out(weight: np.ndarray, heads: int) -> np.ndarray:
-    """A torch output projection ``[d, heads H]`` as an attnjax kernel ``[heads, H, d]``."""
-    return weight.T.reshape(heads, -1, weight.shape[0])
+def probability_dropout(model: ModelConfig) -> float:
+    """The rate of dropout on the attention probabilities, as Hugging Face configs hold it
+    (training only: it changes no output)."""
+    att = model.attention
+    return att.dropout_rate if DROPOUTS.get(att.dropout).on_probs else 0.0
 
 
-def dense(weight: np.ndarray, bias: np.ndarray | None = None) -> dict:
-    """A torch ``Linear`` as a Flax ``Dense``: kernel ``W^T`` (and bias)."""
-    return {"kernel": weight.T, **({} if bias is None else {"bias": bias})}
-
-
-def norm(t: Tensors, name: str, bias: bool = True, prefixed: bool = True) -> dict:
-    """A norm's scale (and bias): ``weight`` / ``bias``, or old checkpoints' ``gamma`` /
-    ``beta``."""
-    scale, shift = (("weight", "bias") if t.has(f"{name}.weight", prefixed)
-                    else ("gamma", "beta"))
-    return {"scale": t(f"{name}.{scale}", prefixed),
-            **({"bias": t(f"{name}.{shift}", prefixed)} if bias else {})}
+def block_links(i: int, names: dict, attention: list[Link], mlp: list[Link],
+                bias: bool = True) -> list[Link]:
+    """Block ``i``'s links in the parameter tree's order: the attention's norm (tensor
+    ``names["attention_norm"]``), the ``attention`` links, the MLP's norm, the ``mlp`` links
+    (norms with a bias unless ``bias`` is False)."""
+    block = f"block_{i}/"
+    return [*norm_links(names["attention_norm"], block + "attention_norm", bias), *attention,
+            *norm_links(names["mlp_norm"], block + "mlp_norm", bias), *mlp]
 
 
 # ------------------------------------------------------------------------------------ GPT-2
-
-GELUS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact"}
-
 
 def gpt2_config(hf: dict) -> ModelConfig:
     act = setting(hf, "activation_function", tuple(GELUS), "gelu_new")
@@ -262,33 +158,50 @@ def gpt2_config(hf: dict) -> ModelConfig:
                                   fused_qkv=False))
 
 
-def gpt2_params(tensors: Checkpoint, config: ModelConfig) -> dict:
-    # skipped: the causal-mask buffers old checkpoints saved
-    t = Tensors(tensors, ("transformer.",), skip=(".attn.bias", ".attn.masked_bias"))
+def gpt2_hf(model: ModelConfig) -> dict:
+    """``model`` as GPT-2's config.json (``gpt2_config`` backwards; what GPT-2 cannot hold is
+    left at GPT-2's own value, for the export to find by reading it back)."""
+    width = mlp_width(model)
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "vocab_size": model.vocab_size, "n_embd": model.d_model,
+            "n_layer": model.num_layers, "n_head": model.attention.num_heads,
+            "n_positions": model.max_length,
+            "n_inner": None if width == 4 * model.d_model else width,
+            "activation_function": GELU_NAMES.get(model.mlp, "gelu_new"),
+            "layer_norm_epsilon": model.norm_eps, "scale_attn_weights": True,
+            "scale_attn_by_inverse_layer_idx": False, "tie_word_embeddings": True,
+            "embd_pdrop": model.residual_dropout, "resid_pdrop": model.residual_dropout,
+            "attn_pdrop": probability_dropout(model)}
+
+
+def gpt2_table(config: ModelConfig) -> Table:
+    """GPT-2's tensors: Conv1D weights are ``[in, out]`` already (``x @ W``), the query, key
+    and value fused in ``c_attn``; the output tied to ``wte`` (``lm_head.weight``, where
+    saved, a copy); the causal-mask buffers of old checkpoints skipped."""
     N = config.attention.num_heads
-    params = {"embed": {"embedding": t("wte.weight")}, "position_embedding": t("wpe.weight"),
-              "final_norm": norm(t, "ln_f")}
+    links = [Link(("wte.weight",), ("embed/embedding",)),
+             Link(("wpe.weight",), ("position_embedding",)), *norm_links("ln_f", "final_norm")]
     for i in range(config.num_layers):
-        p = f"h.{i}."
-        q, k, v = np.split(t(p + "attn.c_attn.weight"), 3, axis=1)     # Conv1D: [d, 3d]
-        qb, kb, vb = np.split(t(p + "attn.c_attn.bias"), 3)
-        attention = {name: {"kernel": w.reshape(w.shape[0], N, -1), "bias": b.reshape(N, -1)}
-                     for name, w, b in (("query", q, qb), ("key", k, kb), ("value", v, vb))}
-        out = t(p + "attn.c_proj.weight")
-        attention["out"] = {"kernel": out.reshape(N, -1, out.shape[1]),
-                            "bias": t(p + "attn.c_proj.bias")}
-        params[f"block_{i}"] = {
-            "attention_norm": norm(t, p + "ln_1"), "attention": attention,
-            "mlp_norm": norm(t, p + "ln_2"),
-            "mlp": {"up": {"kernel": t(p + "mlp.c_fc.weight"), "bias": t(p + "mlp.c_fc.bias")},
-                    "down": {"kernel": t(p + "mlp.c_proj.weight"),
-                             "bias": t(p + "mlp.c_proj.bias")}}}
-    t.tied("lm_head.weight", params["embed"]["embedding"])
-    t.check_all_read()
-    return params
+        p, a, m = f"h.{i}.", f"block_{i}/attention/", f"block_{i}/mlp/"
+        qkv = [a + "query/", a + "key/", a + "value/"]
+        links += block_links(i, {"attention_norm": p + "ln_1", "mlp_norm": p + "ln_2"}, [
+            Link((p + "attn.c_attn.weight",), tuple(x + "kernel" for x in qkv), thirds(N)),
+            Link((p + "attn.c_attn.bias",), tuple(x + "bias" for x in qkv), thirds(N)),
+            Link((p + "attn.c_proj.weight",), (a + "out/kernel",), by_head(N)),
+            Link((p + "attn.c_proj.bias",), (a + "out/bias",))], [
+            Link((p + "mlp.c_fc.weight",), (m + "up/kernel",)),
+            Link((p + "mlp.c_fc.bias",), (m + "up/bias",)),
+            Link((p + "mlp.c_proj.weight",), (m + "down/kernel",)),
+            Link((p + "mlp.c_proj.bias",), (m + "down/bias",))])
+    links.append(Link(("lm_head.weight",), ("embed/embedding",), prefixed=False, tied=True))
+    return Table(links, "transformer.", ("transformer.",), (".attn.bias", ".attn.masked_bias"))
 
 
 # ------------------------------------------------------------------- Llama, Mistral, Qwen2
+
+CAUSAL_LMS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+              "qwen2": "Qwen2ForCausalLM"}
+
 
 def llama_config(hf: dict) -> ModelConfig:
     setting(hf, "hidden_act", ("silu",), "silu")
@@ -312,47 +225,82 @@ def llama_config(hf: dict) -> ModelConfig:
             fused_qkv=False))
 
 
-def llama_params(tensors: Checkpoint, config: ModelConfig) -> dict:
-    t = Tensors(tensors, ("model.",), skip=("rotary_emb.inv_freq",))   # recomputed buffers
+def llama_hf(model: ModelConfig, kind: str = "llama") -> dict:
+    """``model`` as the config.json of ``kind`` (llama, mistral or qwen2; ``llama_config``
+    backwards, as ``gpt2_hf``). The rotation is written for transformers 5
+    (``rope_parameters``) and 4 (``rope_theta``, ``rope_scaling``) alike; Mistral and Qwen2
+    get no sliding window, and only Llama its bias flags (the others have none to set)."""
+    att, pos = model.attention, model.position
+    rope = {"rope_type": "default", "rope_theta": pos.rope_base}
+    if pos.rope_scaling == "llama3":
+        rope.update(rope_type="llama3", factor=pos.rope_scale,
+                    original_max_position_embeddings=pos.train_length or model.max_length,
+                    low_freq_factor=pos.rope_low_freq_factor,
+                    high_freq_factor=pos.rope_high_freq_factor)
+    hf = {"architectures": [CAUSAL_LMS[kind]], "model_type": kind,
+          "vocab_size": model.vocab_size, "hidden_size": model.d_model,
+          "intermediate_size": mlp_width(model), "num_hidden_layers": model.num_layers,
+          "num_attention_heads": att.num_heads, "num_key_value_heads": att.kv_heads,
+          "head_dim": model.head_dim, "hidden_act": "silu",
+          "max_position_embeddings": model.max_length, "rms_norm_eps": model.norm_eps,
+          "tie_word_embeddings": model.tie_embeddings, "rope_parameters": rope,
+          "rope_theta": pos.rope_base,
+          "rope_scaling": None if rope["rope_type"] == "default" else
+          {key: value for key, value in rope.items() if key != "rope_theta"},
+          "attention_dropout": probability_dropout(model)}
+    if kind == "llama":
+        hf.update(attention_bias=att.use_bias, mlp_bias=model.mlp_bias)
+    else:
+        hf.update(sliding_window=None, **{"use_sliding_window": False} if kind == "qwen2"
+                  else {})
+    return hf
+
+
+def llama_table(config: ModelConfig, qwen2: bool = False) -> Table:
+    """Llama's tensors (Mistral's and Qwen2's too): rotate-half RoPE as attnjax computes it,
+    so the query and key rows map as they are; the gate and up projections one kernel; the
+    recomputed RoPE frequency buffers of old checkpoints skipped. Qwen2's output projection
+    has no bias: absent reads as zero (exact), and an export to Qwen2 leaves it out."""
     att = config.attention
-    params = {"embed": {"embedding": t("embed_tokens.weight")}, "final_norm": norm(t, "norm",
-                                                                                  False)}
+    links = [Link(("embed_tokens.weight",), ("embed/embedding",)),
+             *norm_links("norm", "final_norm", bias=False)]
     for i in range(config.num_layers):
-        p = f"layers.{i}."
-        attention = {}
+        p, a, m = f"layers.{i}.", f"block_{i}/attention/", f"block_{i}/mlp/"
+        attention = []
         for name, proj, heads in (("query", "q_proj", att.num_heads),
                                   ("key", "k_proj", att.kv_heads),
                                   ("value", "v_proj", att.kv_heads)):
-            attention[name] = {"kernel": heads_in(t(f"{p}self_attn.{proj}.weight"), heads)}
+            attention.append(Link((f"{p}self_attn.{proj}.weight",), (f"{a}{name}/kernel",),
+                                  heads_in(heads)))
             if att.use_bias:
-                attention[name]["bias"] = t(f"{p}self_attn.{proj}.bias").reshape(heads, -1)
-        attention["out"] = {"kernel": heads_out(t(p + "self_attn.o_proj.weight"), att.num_heads)}
-        if att.use_bias:       # Qwen2 has none on the output projection: zero is exact
-            name = p + "self_attn.o_proj.bias"
-            attention["out"]["bias"] = (t(name) if t.has(name)
-                                        else np.zeros(config.d_model, np.float32))
-        gate, up = t(p + "mlp.gate_proj.weight"), t(p + "mlp.up_proj.weight")
-        mlp = {"gate_up": {"kernel": np.concatenate([gate.T, up.T], axis=1)},
-               "down": {"kernel": t(p + "mlp.down_proj.weight").T}}
+                attention.append(Link((f"{p}self_attn.{proj}.bias",), (f"{a}{name}/bias",),
+                                      by_head(heads)))
+        attention.append(Link((p + "self_attn.o_proj.weight",), (a + "out/kernel",),
+                              heads_out(att.num_heads)))
+        if att.use_bias:
+            attention.append(Link((p + "self_attn.o_proj.bias",), (a + "out/bias",),
+                                  absent=(config.d_model,), written=not qwen2))
+        gate_up = (p + "mlp.gate_proj.", p + "mlp.up_proj.")
+        mlp = [Link(tuple(x + "weight" for x in gate_up), (m + "gate_up/kernel",), GATE_UP),
+               Link((p + "mlp.down_proj.weight",), (m + "down/kernel",), TRANSPOSED)]
         if config.mlp_bias:
-            mlp["gate_up"]["bias"] = np.concatenate([t(p + "mlp.gate_proj.bias"),
-                                                     t(p + "mlp.up_proj.bias")])
-            mlp["down"]["bias"] = t(p + "mlp.down_proj.bias")
-        params[f"block_{i}"] = {"attention_norm": norm(t, p + "input_layernorm", False),
-                                "attention": attention,
-                                "mlp_norm": norm(t, p + "post_attention_layernorm", False),
-                                "mlp": mlp}
-    if config.tie_embeddings:
-        t.tied("lm_head.weight", params["embed"]["embedding"])
-    else:
-        params["unembed"] = {"kernel": t("lm_head.weight", prefixed=False).T}
-    t.check_all_read()
-    return params
+            mlp[1:1] = [Link(tuple(x + "bias" for x in gate_up), (m + "gate_up/bias",),
+                             GATE_UP)]
+            mlp.append(Link((p + "mlp.down_proj.bias",), (m + "down/bias",)))
+        links += block_links(i, {"attention_norm": p + "input_layernorm",
+                                 "mlp_norm": p + "post_attention_layernorm"}, attention, mlp,
+                             bias=False)
+    links.append(Link(("lm_head.weight",), ("embed/embedding",), prefixed=False, tied=True)
+                 if config.tie_embeddings else
+                 Link(("lm_head.weight",), ("unembed/kernel",), TRANSPOSED, prefixed=False))
+    return Table(links, "model.", ("model.",), ("rotary_emb.inv_freq",))
 
 
 # ------------------------------------------------------------------------------------- BERT
 
 MLM_HEADED = ("BertForMaskedLM", "BertForPreTraining")   # BERTs saved with cls.predictions
+SEQUENCE_CLASSIFIER = "BertForSequenceClassification"   # the [CLS] pooler and a classifier
+BERT_CLASSES = {"none": "BertForMaskedLM", "hidden": "BertModel", "cls": SEQUENCE_CLASSIFIER}
 
 
 def bert_config(hf: dict) -> ModelConfig:
@@ -362,9 +310,15 @@ def bert_config(hf: dict) -> ModelConfig:
     if not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
         raise ValueError(f"config.json: architectures={architectures!r} is not a list of "
                          "class names")
-    headed = any(name in MLM_HEADED for name in architectures)
+    head = {}
+    if any(name in MLM_HEADED for name in architectures):
+        head = {"classifier": "none"}
+    elif SEQUENCE_CLASSIFIER in architectures:
+        labels = section(hf, "id2label")
+        head = {"classifier": "cls", "num_classes": len(labels) if labels else
+                integer(hf, "num_labels", 2)}
     return ModelConfig(
-        classifier="none" if headed else "hidden",
+        **(head or {"classifier": "hidden"}),
         family="encoder", vocab_size=integer(hf, "vocab_size"),
         d_model=integer(hf, "hidden_size"), num_layers=integer(hf, "num_hidden_layers"),
         max_length=integer(hf, "max_position_embeddings"), mlp=GELUS[act],
@@ -376,63 +330,104 @@ def bert_config(hf: dict) -> ModelConfig:
                                   fused_qkv=False))
 
 
-def bert_params(tensors: Checkpoint, config: ModelConfig) -> dict:
-    headed = config.classifier == "none"
-    if headed and not any(k.startswith("cls.predictions.") for k in tensors.headers):
+def bert_hf(model: ModelConfig) -> dict:
+    """``model`` as BERT's config.json (``bert_config`` backwards, as ``gpt2_hf``): a
+    ``BertForMaskedLM``, a ``BertModel`` (hidden states) or a
+    ``BertForSequenceClassification`` (a classifier on [CLS]) as ``model.classifier`` says."""
+    hf = {"architectures": [BERT_CLASSES.get(model.classifier, SEQUENCE_CLASSIFIER)],
+          "model_type": "bert", "vocab_size": model.vocab_size, "hidden_size": model.d_model,
+          "num_hidden_layers": model.num_layers,
+          "num_attention_heads": model.attention.num_heads,
+          "intermediate_size": mlp_width(model), "hidden_act": GELU_NAMES.get(model.mlp, "gelu"),
+          "max_position_embeddings": model.max_length, "type_vocab_size": model.type_vocab_size,
+          "layer_norm_eps": model.norm_eps, "position_embedding_type": "absolute",
+          "tie_word_embeddings": True, "hidden_dropout_prob": model.residual_dropout,
+          "attention_probs_dropout_prob": probability_dropout(model)}
+    if model.classifier in ("cls", "mean"):
+        labels = [f"LABEL_{i}" for i in range(model.num_classes)]
+        hf.update(id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    return hf
+
+
+def bert_check(headers: dict, config: ModelConfig) -> None:
+    """A checkpoint said to have the masked-language head must have it."""
+    if config.classifier == "none" and not any(k.startswith("cls.predictions.") for k in headers):
         raise CheckpointError(f"config.json: architectures names one of "
                               f"{', '.join(MLM_HEADED)} but the checkpoint has no "
                               "masked-language head (cls.predictions.*)")
-    # not the masked LM: the [CLS] pooler, next-sentence head, the position-id buffer
-    t = Tensors(tensors, ("bert.",), skip=("pooler.", "cls.seq_relationship.", "position_ids"))
-    N = config.attention.num_heads
-    e = "embeddings."
-    params = {"embed": {"embedding": t(e + "word_embeddings.weight")},
-              "position_embedding": t(e + "position_embeddings.weight"),
-              "type_embed": {"embedding": t(e + "token_type_embeddings.weight")},
-              "embed_norm": norm(t, e + "LayerNorm")}
+
+
+def bert_table(config: ModelConfig) -> Table:
+    """BERT's tensors, under ``bert.`` in a model with a head: the embeddings (words,
+    positions, token types) and their LayerNorm, post-norm blocks, and the head:
+    ``cls.predictions`` (its output tied to the word embeddings; where saved, a copy), or the
+    [CLS] pooler and ``classifier``. Read but not mapped: the pooler of a model without the
+    classifier, the next-sentence head, the position-id buffer."""
+    N, e = config.attention.num_heads, "embeddings."
+    links = [Link((e + "word_embeddings.weight",), ("embed/embedding",)),
+             Link((e + "position_embeddings.weight",), ("position_embedding",)),
+             Link((e + "token_type_embeddings.weight",), ("type_embed/embedding",)),
+             *norm_links(e + "LayerNorm", "embed_norm")]
     for i in range(config.num_layers):
-        p = f"encoder.layer.{i}."
-        attention = {name: {"kernel": heads_in(t(f"{p}attention.self.{name}.weight"), N),
-                            "bias": t(f"{p}attention.self.{name}.bias").reshape(N, -1)}
-                     for name in ("query", "key", "value")}
-        attention["out"] = {"kernel": heads_out(t(p + "attention.output.dense.weight"), N),
-                            "bias": t(p + "attention.output.dense.bias")}
-        params[f"block_{i}"] = {
-            "attention": attention, "attention_norm": norm(t, p + "attention.output.LayerNorm"),
-            "mlp": {"up": dense(t(p + "intermediate.dense.weight"),
-                                t(p + "intermediate.dense.bias")),
-                    "down": dense(t(p + "output.dense.weight"), t(p + "output.dense.bias"))},
-            "mlp_norm": norm(t, p + "output.LayerNorm")}
-    if headed:
-        params["mlm_head"] = mlm_head(t, params["embed"]["embedding"])
-    t.check_all_read()
-    return params
-
-
-def mlm_head(t: Tensors, embedding: np.ndarray) -> dict:
-    """BERT's ``cls.predictions``: the transform, its LayerNorm and the output bias (the
-    output matrix tied to ``embedding``)."""
-    head = lambda name: t(f"cls.predictions.{name}", prefixed=False)
-    params = {"transform": dense(head("transform.dense.weight"),
-                                             head("transform.dense.bias")),
-                          "transform_norm": norm(t, "cls.predictions.transform.LayerNorm",
-                                                 prefixed=False),
-              "bias": head("bias")}
-    t.tied("cls.predictions.decoder.weight", embedding)
-    t.tied("cls.predictions.decoder.bias", params["bias"])
-    return params
+        p, a, m = f"encoder.layer.{i}.", f"block_{i}/attention/", f"block_{i}/mlp/"
+        attention = [link for name in ("query", "key", "value") for link in (
+            Link((f"{p}attention.self.{name}.weight",), (f"{a}{name}/kernel",), heads_in(N)),
+            Link((f"{p}attention.self.{name}.bias",), (f"{a}{name}/bias",), by_head(N)))]
+        attention += [Link((p + "attention.output.dense.weight",), (a + "out/kernel",),
+                           heads_out(N)),
+                      Link((p + "attention.output.dense.bias",), (a + "out/bias",))]
+        mlp = [Link((p + "intermediate.dense.weight",), (m + "up/kernel",), TRANSPOSED),
+               Link((p + "intermediate.dense.bias",), (m + "up/bias",)),
+               Link((p + "output.dense.weight",), (m + "down/kernel",), TRANSPOSED),
+               Link((p + "output.dense.bias",), (m + "down/bias",))]
+        links += block_links(i, {"attention_norm": p + "attention.output.LayerNorm",
+                                 "mlp_norm": p + "output.LayerNorm"}, attention, mlp)
+    if config.classifier == "none":
+        head = "cls.predictions."
+        links += [Link((head + "transform.dense.weight",), ("mlm_head/transform/kernel",),
+                       TRANSPOSED, prefixed=False),
+                  Link((head + "transform.dense.bias",), ("mlm_head/transform/bias",),
+                       prefixed=False),
+                  *norm_links(head + "transform.LayerNorm", "mlm_head/transform_norm",
+                              prefixed=False),
+                  Link((head + "bias",), ("mlm_head/bias",), prefixed=False),
+                  Link((head + "decoder.weight",), ("embed/embedding",), prefixed=False,
+                       tied=True),
+                  Link((head + "decoder.bias",), ("mlm_head/bias",), prefixed=False, tied=True)]
+    elif config.classifier == "cls":
+        links += [Link(("pooler.dense.weight",), ("classifier/pooler/kernel",), TRANSPOSED),
+                  Link(("pooler.dense.bias",), ("classifier/pooler/bias",)),
+                  Link(("classifier.weight",), ("classifier/out/kernel",), TRANSPOSED,
+                       prefixed=False),
+                  Link(("classifier.bias",), ("classifier/out/bias",), prefixed=False)]
+    skip = ("cls.seq_relationship.", "position_ids", *(() if config.classifier == "cls"
+                                                       else ("pooler.",)))
+    headed = config.classifier in ("none", "cls")
+    return Table(links, "bert." if headed else "", ("bert.",), skip)
 
 
 class Architecture(NamedTuple):
+    """A Hugging Face architecture: ``config`` reads its config.json into the model, ``table``
+    lists the model's tensors (``links``), ``hf`` writes the model back as its config.json,
+    ``check`` refuses a checkpoint whose tensors contradict its config before any is read."""
     config: Callable[[dict], ModelConfig]
-    params: Callable[[Checkpoint, ModelConfig], dict]
+    table: Callable[[ModelConfig], Table]
+    hf: Callable[[ModelConfig], dict]
+    check: Callable[[dict, ModelConfig], None] = lambda headers, config: None
+
+    def params(self, checkpoint: Checkpoint, config: ModelConfig) -> dict:
+        """The parameter tree of ``config``'s model from ``checkpoint`` (``read_links``)."""
+        self.check(checkpoint.headers, config)
+        return read_links(self.table(config), checkpoint)
 
 
-ARCHITECTURES = {"gpt2": Architecture(gpt2_config, gpt2_params),
-                 "llama": Architecture(llama_config, llama_params),
-                 "mistral": Architecture(llama_config, llama_params),
-                 "qwen2": Architecture(llama_config, llama_params),
-                 "bert": Architecture(bert_config, bert_params)}
+ARCHITECTURES = {"gpt2": Architecture(gpt2_config, gpt2_table, gpt2_hf),
+                 "llama": Architecture(llama_config, llama_table, llama_hf),
+                 "mistral": Architecture(llama_config, llama_table,
+                                         functools.partial(llama_hf, kind="mistral")),
+                 "qwen2": Architecture(llama_config, functools.partial(llama_table, qwen2=True),
+                                       functools.partial(llama_hf, kind="qwen2")),
+                 "bert": Architecture(bert_config, bert_table, bert_hf, bert_check)}
 
 
 def architecture(hf: dict) -> Architecture:

@@ -17,27 +17,22 @@ directory on their way out, and the next import into ``RUN`` removes one a SIGKI
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import os
 import shutil
-import signal
 import tempfile
-import threading
 from pathlib import Path
 
 from attnjax.config import Config, DataConfig, apply_overrides
 from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
-from attnjax.interrupts import raise_interrupt
 from attnjax.models import check_same_parameters, family
-from attnjax.outputs import output_directory
+from attnjax.outputs import output_directory, staged_directory
 from attnjax.pretrained import read_pretrained
 from attnjax.rundir import IMPORTED, RunDir, write_json_atomic
 
 # a model's objective -> its text task
 TEXT_TASKS = {"next_token": "text", "mlm": "mlm", "embedding": "sentences"}
 PROBE_LENGTH = 128                                    # data.length, at most model.max_length
-STAGING_PREFIX = ".importing-"      # RUN's parent/.importing-RUN-<pid>: an import in progress
+STAGING = "importing"               # RUN's parent/.importing-RUN-<pid>: an import in progress
 
 
 def sha256(path: Path) -> str:
@@ -94,13 +89,10 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
 
 def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path | None) -> None:
     """Write the run directory in a staging directory beside it, then rename it into place
-    (the module docstring)."""
-    remove_stale_staging(run.path)
-    staging = RunDir(run.path.with_name(f"{STAGING_PREFIX}{run.path.name}-{os.getpid()}"))
-    previous = (signal.signal(signal.SIGTERM, raise_interrupt)
-                if threading.current_thread() is threading.main_thread() else None)
-    try:
-        staging.checkpoint_dir.mkdir(parents=True)
+    (the module docstring; ``attnjax.outputs.staged_directory``)."""
+    with staged_directory(run.path, STAGING) as path:
+        staging = RunDir(path)
+        staging.checkpoint_dir.mkdir()
         if tokenizer is not None:
             shutil.copyfile(tokenizer, staging.path / "tokenizer.json")
         write_json_atomic(staging.path / "config.json", stored)
@@ -110,28 +102,3 @@ def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path |
         finally:
             checkpoints.close()
         write_json_atomic(staging.path / IMPORTED, record)
-        os.rename(staging.path, run.path)
-    finally:
-        shutil.rmtree(staging.path, ignore_errors=True)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def remove_stale_staging(path: Path) -> None:
-    """Remove the staging directories of imports into ``path`` whose process is gone (killed
-    by SIGKILL, which no ``finally`` survives)."""
-    for staging in path.parent.glob(f"{glob.escape(STAGING_PREFIX + path.name)}-*"):
-        pid = staging.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not running(int(pid)):
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0 checks without sending one)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:          # another user's
-        return True
-    return True
