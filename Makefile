@@ -47,6 +47,11 @@ bench: $(STAMP)
 	for kernel in reference chunked; do $(BIN)/attnjax bench memory data.length=8192 \
 		model.max_length=8192 train.batch_size=1 model.attention.kernel=$$kernel \
 		--out benchmarks/results/memory-8192-$$kernel.json; done
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/attnjax bench mesh \
+		--out benchmarks/results/mesh.json
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/attnjax bench mesh \
+		model.d_model=1024 model.num_layers=26 data.length=128 model.max_length=128 \
+		model.remat=true --meshes fsdp=8 --steps 2 --out benchmarks/results/mesh-large.json
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
 	$(BIN)/attnjax bench generate experiments/seq2seq.py model.d_model=128 \
 		--out benchmarks/results/translate.json

@@ -10,6 +10,7 @@ import sys
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
@@ -292,6 +293,9 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
     families = {
         "decoder": (decoder, [{"data": 8}, {"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8},
                               EVERY_AXIS]),
+        # two micro-batches and an attention regulariser (every layer's weights) on the mesh
+        "decoder-accumulated": ({**decoder, "train.grad_accum": 2, "train.entropy_reg": 0.01},
+                                [EVERY_AXIS]),
         "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
         "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
     }
@@ -301,7 +305,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 7 and result.stdout.count("RESUMED") == 2
     assert "ALL OK" in result.stdout and "BENCH" in result.stdout
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
@@ -310,3 +314,27 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
     checkpoints.close()
     kernel = params["block_0"]["mlp"]["up"]["kernel"]
     assert step == 10 and kernel.shape == (32, 128) and len(kernel.devices()) == 1
+
+
+@pytest.mark.parametrize("base", [TINY_INDUCTION, TINY_SEQ2SEQ], ids=["decoder", "seq2seq"])
+def test_remat_recomputes_the_same_step(base):
+    """``model.remat``: the same parameter tree, and one training step (dropout on, so the
+    recomputed forward pass must draw the same masks) gives the same loss, gradient norm and
+    parameters as keeping the activations."""
+    from attnjax.train.state import init_state
+    from attnjax.train.step import make_train_step
+    results = []
+    for remat in (False, True):
+        config = tiny_config(base, **{"model.remat": remat, "model.residual_dropout": 0.1,
+                                      "model.attention.dropout": "probs_per_head",
+                                      "model.attention.dropout_rate": 0.1})
+        batch = Dataset(config.data).batch(0, 0, config.train.batch_size, config.data.length,
+                                           "train")
+        results.append(jax.jit(make_train_step(config))(init_state(config), batch))
+    (kept, kept_metrics), (recomputed, recomputed_metrics) = results
+    assert jax.tree_util.tree_structure(kept.params) == jax.tree_util.tree_structure(
+        recomputed.params)
+    for name in ("loss", "grad_norm"):
+        np.testing.assert_allclose(recomputed_metrics[name], kept_metrics[name], rtol=1e-6)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                           recomputed.params, kept.params)

@@ -75,6 +75,20 @@ SECTIONS = {
                "(`memory.json`: the default config; `memory-<name>.json`: the other configs "
                "`make bench` measures, e.g. a whole step at length 8192 with each kernel).",
                None),
+    "mesh": ("Sharding over a named mesh", "Per-device megabytes of a training step's state "
+             "(parameters and Adam moments), temporaries and peak, and of what its all-gathers "
+             "produce beside what FSDP must gather at least (`gather analytic`: every "
+             "fsdp-split parameter once) and what its gradient reductions produce, read from the "
+             "compiled program on 8 CPU devices (`attnjax bench mesh`: `mesh.json`, a "
+             "Llama-shaped 110M model; `mesh-large.json`, 333M parameters with `model.remat`, "
+             "trained for two steps). `state vs even`: the per-device state over an even split "
+             "of the whole over fsdp x tensor. XLA:CPU all-reduces each gradient whole, where "
+             "an accelerator's compiler reduce-scatters it.",
+             [("mesh", "mesh"), ("parameters", "parameters"), ("state MB", "state_mb"),
+              ("state vs even", "state_vs_even"), ("temps MB", "temp_mb"),
+              ("peak MB", "peak_mb"), ("gathered MB", "all_gather_mb"),
+              ("gather analytic MB", "gather_analytic_mb"), ("reduced MB", "reduced_mb"),
+              ("s per dispatch", "dispatch_s")]),
     "eval": ("Evaluation passes", "Forward tokens per second of the evaluation program against "
              "the tokens each forward pass holds, over the same validation sequences; `chosen`: "
              "the size `train.loop.eval_chunk_rows` picks for the config's evaluation batch "
@@ -112,6 +126,15 @@ def _rows(name: str, result: dict) -> list[dict]:
                 for r in rows]
     if name == "patch":
         rows = [*rows, *result["patching"]]
+    if name == "mesh":
+        megabytes = lambda value: round(value / 2**20, 1)
+        rows = [{**r, "state_vs_even": f"{r['state_vs_even']:.3f}",
+                 "state_mb": megabytes(r["state_bytes"]), "temp_mb": megabytes(
+                    r["temp_bytes"]), "peak_mb": megabytes(r["peak_bytes"]),
+                 "all_gather_mb": megabytes(r["all_gather_bytes"]),
+                 "gather_analytic_mb": megabytes(r["gather_analytic_bytes"]),
+                 "reduced_mb": megabytes(r["reduce_scatter_bytes"] + r["all_reduce_bytes"])}
+                for r in rows]
     if name == "startup":
         rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
                  "new_cache_entries": r["new_cache_entries"]} for r in rows]

@@ -155,6 +155,10 @@ class ModelConfig(Validated):
     embed_init_std: float = number(0.02, gt=0)      # token embeddings ~ N(0, std^2)
     embed_scale: float | None = number(None, gt=0)  # tokens x this; None: the encoding's default
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"   # compute dtype
+    # recompute each block's activations in the backward pass instead of keeping them
+    # (jax.checkpoint): memory for compute; on an fsdp mesh each block's parameters are then
+    # gathered again for its backward pass instead of kept whole from the forward one
+    remat: bool = False
     # the encoder family's (attnjax.models.encoder): segment (token-type) embeddings, 0 = none;
     # a LayerNorm on the summed embeddings; the output: the masked-language-model head
     # (none), a classifier of num_classes on [CLS] (cls) or the mean of the real tokens, or

@@ -162,6 +162,23 @@ class Block(nn.Module):
         return x, weights["attention"]
 
 
+class RecomputedBlock(Block):
+    """``Block`` with its arguments positional, so that ``nn.remat`` can take the flags as
+    static arguments (``REMAT_STATIC``): its activations are recomputed in the backward pass
+    (``model.remat``); the same parameters, the same function."""
+
+    def __call__(self, x, positions, deterministic, decode, return_weights, head_gates,
+                 token_mask, source, source_mask, cross_gates):
+        return super().__call__(x, positions, deterministic=deterministic, decode=decode,
+                                return_weights=return_weights, head_gates=head_gates,
+                                token_mask=token_mask, source=source, source_mask=source_mask,
+                                cross_gates=cross_gates)
+
+
+REMAT_STATIC = (3, 4, 5)          # RecomputedBlock's deterministic, decode, return_weights
+RematBlock = nn.remat(RecomputedBlock, static_argnums=REMAT_STATIC)
+
+
 def decoding_positions(module: nn.Module, tokens, decode: bool):
     """``[1, T]`` positions of ``tokens`` ``[B, T]``: ``arange(T)``, or with ``decode`` after
     the tokens already decoded (a counter ``position`` in ``module``'s ``cache``
@@ -210,8 +227,21 @@ def stack_blocks(config: ModelConfig, x, positions, *, head_gates=None, cross_at
     for i in range(config.num_layers if num_layers is None else num_layers):
         if cross_gates is not None:
             kwargs["cross_gates"] = cross_gates[i]
-        x, w = Block(config, cross_attention, name=f"block_{i}")(
-            x, positions, head_gates=None if head_gates is None else head_gates[i], **kwargs)
+        gates = None if head_gates is None else head_gates[i]
+        if config.remat:
+            names = ("deterministic", "decode", "return_weights", "token_mask", "source",
+                     "source_mask", "cross_gates")
+            flags = {name: kwargs.get(name) for name in names}
+            flags.update(deterministic=kwargs.get("deterministic", True),
+                         decode=kwargs.get("decode", False),
+                         return_weights=kwargs.get("return_weights", False))
+            x, w = RematBlock(config, cross_attention, name=f"block_{i}")(
+                x, positions, flags["deterministic"], flags["decode"], flags["return_weights"],
+                gates, flags["token_mask"], flags["source"], flags["source_mask"],
+                flags["cross_gates"])
+        else:
+            x, w = Block(config, cross_attention, name=f"block_{i}")(
+                x, positions, head_gates=gates, **kwargs)
         weights.append(w)
     if config.norm_position == "pre":
         x = make_norm(config, "final_norm")(x)
