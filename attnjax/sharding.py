@@ -61,14 +61,18 @@ def make_mesh(mesh: MeshConfig, devices) -> Mesh:
 
 def check(config: Config, devices: int) -> None:
     """Refuse, in one line and before anything compiles, a mesh this config cannot train on:
-    its size, a batch its data axes do not divide, and tensor parallelism over heads or an MLP
-    width it does not divide, or over a layout whose heads are not one axis."""
+    its size, a batch its data axes do not divide, a length its sequence axis does not divide,
+    and tensor parallelism over heads or an MLP width it does not divide, or over a layout
+    whose heads are not one axis."""
     sizes = mesh_sizes(config.train.mesh, devices)
     cfg, model = config.train, config.model
     rows = sizes["data"] * sizes["fsdp"]
     if cfg.batch_size % (rows * cfg.grad_accum):
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the mesh's "
                          f"data x fsdp = {rows} x train.grad_accum={cfg.grad_accum}")
+    if config.data.length % sizes["sequence"]:
+        raise ValueError(f"train.mesh.sequence={sizes['sequence']} must divide data.length="
+                         f"{config.data.length}")
     tensor = sizes["tensor"]
     if tensor == 1:
         return

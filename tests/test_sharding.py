@@ -25,7 +25,7 @@ from attnjax.train.parallel import Runner
 from helpers import (TINY_CLASSIFY, TINY_INDUCTION, TINY_MLM, TINY_SEQ2SEQ, raises_one_line,
                      subprocess_env, tiny_config)
 
-SIZES = {"data": 2, "fsdp": 2, "tensor": 2}
+SIZES = {"data": 2, "fsdp": 2, "sequence": 1, "tensor": 2}
 TABLE = Config().train.mesh.table()
 
 # every parameter kind the models make: the families, the q/k/v layouts, and the slots that
@@ -102,7 +102,7 @@ def test_a_mesh_axis_is_used_once_per_array_and_rules_override_the_table():
         "tensor", "fsdp")
     # without tensor, a vector of MLP width falls to its second choice, fsdp, and a matrix's
     # embed keeps fsdp
-    no_tensor = {"data": 2, "fsdp": 4, "tensor": 1}
+    no_tensor = {"data": 2, "fsdp": 4, "sequence": 1, "tensor": 1}
     assert sharding.spec(("mlp",), (64,), no_tensor, TABLE) == PartitionSpec("fsdp")
     assert sharding.spec(("mlp", "embed"), (64, 16), no_tensor, TABLE) == PartitionSpec(
         None, "fsdp")
@@ -113,7 +113,8 @@ def test_a_mesh_axis_is_used_once_per_array_and_rules_override_the_table():
     assert ("mlp", "tensor") not in config.train.mesh.table()
     assert sharding.spec(("embed", "mlp"), (16, 64), SIZES,
                          config.train.mesh.table()) == PartitionSpec(None, "fsdp")
-    size_one = {"data": 8, "fsdp": 1, "tensor": 1}  # axes of size 1 are left out of the spec
+    # axes of size 1 are left out of the spec
+    size_one = {"data": 8, "fsdp": 1, "sequence": 1, "tensor": 1}
     assert sharding.spec(("embed", "mlp"), (16, 64), size_one, TABLE) == PartitionSpec()
 
 
@@ -123,14 +124,15 @@ def test_gqa_with_fewer_kv_heads_than_tensor_replicates_them():
         "model.attention.num_kv_heads": 2, "train.mesh.data": 1, "train.mesh.tensor": 4})
     _, names = sharding._declared(config.model)
     attention = names["block_0"]["attention"]
-    sizes = {"data": 1, "fsdp": 1, "tensor": 4}
+    sizes = {"data": 1, "fsdp": 1, "sequence": 1, "tensor": 4}
     query = sharding.spec(tuple(attention["query"]["kernel"]), (16, 4, 4), sizes, TABLE)
     key = sharding.spec(tuple(attention["key"]["kernel"]), (16, 2, 4), sizes, TABLE)
     assert query == PartitionSpec(None, "tensor") and key == PartitionSpec()
 
 
 @pytest.mark.parametrize("overrides, devices, fragments", [
-    ({"train.mesh.data": 3}, 8, ("train.mesh data=3 x fsdp=1 x tensor=1", "8 device(s)")),
+    ({"train.mesh.data": 3}, 8, ("train.mesh data=3 x fsdp=1 x sequence=1 x tensor=1",
+                                 "8 device(s)")),
     ({"train.mesh.fsdp": 3, "train.mesh.data": -1}, 8, ("fsdp=3", "product")),
     ({"train.mesh.tensor": 2}, 2, ("fused_qkv=True", "fused_qkv=false")),
     ({"train.mesh.tensor": 4, "train.mesh.data": 1, "model.attention.fused_qkv": False,
@@ -140,6 +142,7 @@ def test_gqa_with_fewer_kv_heads_than_tensor_replicates_them():
     ({"train.mesh.fsdp": 8, "train.mesh.data": 1}, 8, ("batch_size=4", "data x fsdp = 8")),
     ({"train.mesh.fsdp": 2, "train.mesh.data": 1, "train.grad_accum": 4}, 2,
      ("data x fsdp = 2", "grad_accum=4")),
+    ({"train.mesh.sequence": 3, "train.mesh.data": 1}, 3, ("sequence=3", "data.length=16")),
 ])
 def test_impossible_meshes_are_refused_in_one_line(overrides, devices, fragments):
     config = tiny_config(TINY_INDUCTION, **overrides)
@@ -149,9 +152,12 @@ def test_impossible_meshes_are_refused_in_one_line(overrides, devices, fragments
 @pytest.mark.parametrize("overrides, fragments", [
     ({"train.mesh.fsdp": 0}, ("train.mesh.fsdp=0", "-1")),
     ({"train.mesh.fsdp": -1}, ("train.mesh has 2 axes of size -1", "data, fsdp")),
-    ({"train.mesh.rules": [["mlp", "model"]]}, ("train.mesh.rules[0]", "data, fsdp, tensor")),
+    ({"train.mesh.rules": [["mlp", "model"]]}, ("train.mesh.rules[0]",
+                                                  "data, fsdp, sequence, tensor")),
     ({"train.mesh.rules": [["width", "fsdp"]]}, ("train.mesh.rules[0]", "embed")),
     ({"train.parallel": "pmap", "train.mesh.fsdp": 2}, ("train.parallel='pmap'", "fsdp=2")),
+    ({"train.parallel": "pmap", "train.mesh.sequence": 2}, ("train.parallel='pmap'",
+                                                            "sequence=2")),
 ])
 def test_impossible_mesh_configs_are_refused_in_one_line(overrides, fragments):
     raises_one_line(lambda: tiny_config(TINY_INDUCTION, **overrides), *fragments)
@@ -174,7 +180,7 @@ def test_info_lays_a_config_out_for_any_device_count():
     config = tiny_config(TINY_INDUCTION, **{"model.attention.fused_qkv": False,
                                             "train.mesh.fsdp": 2, "train.mesh.tensor": 2})
     lines = sharding.layout_lines(config, 8)
-    assert lines[0] == "mesh data=2 x fsdp=2 x tensor=2 over 8 device(s)"
+    assert lines[0] == "mesh data=2 x fsdp=2 x sequence=1 x tensor=2 over 8 device(s)"
     up = next(line for line in lines if "block_0/mlp/up/kernel" in line).split()
     # [16, 64] of axes (embed, mlp): fsdp splits the rows, tensor the columns
     assert up[-2:] == ["(8,", "32)"] and "('fsdp'," in up and "'tensor')" in up
@@ -191,6 +197,7 @@ def test_collective_bytes_are_read_from_a_compiled_programs_text():
     assert collective_bytes(hlo) == {"all-gather": 64 * 256 * 4 + (2 + 16) * 4,
                                       "all-reduce": 4 + 8 * 4 * 2, "reduce-scatter": 16 * 4}
     assert mesh_overrides("fsdp=2,tensor=2") == {"train.mesh.data": -1, "train.mesh.fsdp": 2,
+                                                 "train.mesh.sequence": 1,
                                                  "train.mesh.tensor": 2}
     raises_one_line(lambda: mesh_overrides("model=2"), "--meshes entry 'model=2'", "fsdp")
 
@@ -285,6 +292,8 @@ print("ALL OK")
 
 SEPARATE = {"model.attention.fused_qkv": False, "train.steps_per_dispatch": 5}
 EVERY_AXIS = {"data": 2, "fsdp": 2, "tensor": 2}
+# every axis of a run split: parameters over fsdp and tensor, activations along their length
+SPLIT_RUN = {"data": 1, "fsdp": 2, "sequence": 2, "tensor": 2}
 
 
 def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
@@ -292,12 +301,12 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                "model.d_model": 32, "train.batch_size": 8}
     families = {
         "decoder": (decoder, [{"data": 8}, {"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8},
-                              EVERY_AXIS]),
+                              EVERY_AXIS, {"data": 2, "sequence": 4}]),
         # two micro-batches and an attention regulariser (every layer's weights) on the mesh
         "decoder-accumulated": ({**decoder, "train.grad_accum": 2, "train.entropy_reg": 0.01},
                                 [EVERY_AXIS]),
-        "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
-        "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [EVERY_AXIS]),
+        "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
+        "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
     }
     env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
     result = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, json.dumps(families),
@@ -305,7 +314,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 7 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 8 and result.stdout.count("RESUMED") == 2
     assert "ALL OK" in result.stdout and "BENCH" in result.stdout
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)

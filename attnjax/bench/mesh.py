@@ -54,7 +54,7 @@ BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, 
 
 def mesh_overrides(text: str) -> dict:
     """``"fsdp=2,tensor=2"`` -> the ``train.mesh`` overrides, ``data`` the rest (-1)."""
-    sizes = {"data": -1, "fsdp": 1, "tensor": 1}
+    sizes = {"data": -1, "fsdp": 1, "sequence": 1, "tensor": 1}
     for part in text.split(","):
         name, _, size = part.partition("=")
         if name not in sizes or not size.lstrip("-").isdigit():

@@ -7,7 +7,7 @@ import dataclasses
 
 from attnjax.config.fields import INT32, Validated, number
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "sequence", "tensor")
 # the config fields that say where a run is placed, not what it computes: a run directory
 # resumes with other values (attnjax.rundir)
 PLACEMENT = "train.mesh."
@@ -22,9 +22,12 @@ PLACEMENT = "train.mesh."
 # the MLP's width and the vocabulary over tensor (Megatron: query/key/value and the MLP's
 # first matrix by column, the output projections by row); a vector of heads, MLP or
 # vocabulary width (a bias, a learned scale) over tensor, or without one over fsdp, so that
-# FSDP leaves nothing whole.
+# FSDP leaves nothing whole. Activations are split along their length over sequence (context
+# parallelism: attention then runs a context-parallel kernel, ring or allgather, or lets the
+# compiler gather keys and values).
 RULES = (
     ("batch", "data+fsdp"),
+    ("length", "sequence"),
     ("embed", "fsdp"),
     ("norm", "fsdp"),
     ("vocab", "tensor"),
@@ -54,12 +57,14 @@ def mesh_axes_of(target: str) -> tuple[str, ...]:
 class MeshConfig(Validated):
     """The mesh's axis sizes, whose product is the device count across every process; one of
     them may be -1, the devices the others leave. ``data`` splits the batch; ``fsdp`` the batch
-    and every parameter and optimizer moment; ``tensor`` the heads, the MLP's width and the
-    vocabulary. ``rules``: ``[logical axis, mesh axes]`` entries that replace ``RULES``'
-    entries for their logical axes (``attnjax info`` prints the table a config gives)."""
+    and every parameter and optimizer moment; ``sequence`` the activations along their length;
+    ``tensor`` the heads, the MLP's width and the vocabulary. ``rules``: ``[logical axis,
+    mesh axes]`` entries that replace ``RULES``' entries for their logical axes (``attnjax
+    info`` prints the table a config gives)."""
     PATH = "train.mesh"
     data: int = number(-1, ge=-1, le=INT32)
     fsdp: int = number(1, ge=-1, le=INT32)
+    sequence: int = number(1, ge=-1, le=INT32)
     tensor: int = number(1, ge=-1, le=INT32)
     rules: tuple[tuple[str, ...], ...] = ()
 
@@ -89,6 +94,10 @@ class MeshConfig(Validated):
     def model_axes(self) -> bool:
         """Whether parameters are split (``fsdp`` or ``tensor`` not 1)."""
         return self.fsdp != 1 or self.tensor != 1
+
+    def splits_a_run(self) -> bool:
+        """Whether one run's parameters or activations are split (not ``data`` alone)."""
+        return self.model_axes() or self.sequence != 1
 
     def table(self) -> tuple[tuple[str, str], ...]:
         """The rules in force: ``rules``' entries, then ``RULES``' for the other logical axes."""

@@ -99,10 +99,11 @@ class TrainConfig(Validated):
     def _validate(self):
         if self.batch_size % self.grad_accum:
             self._fail("grad_accum", f"={self.grad_accum} must divide batch_size={self.batch_size}")
-        if self.parallel == "pmap" and self.mesh.model_axes():
-            self._fail("parallel", "='pmap' replicates the parameters on every device; "
-                       f"train.mesh.fsdp={self.mesh.fsdp} and train.mesh.tensor="
-                       f"{self.mesh.tensor} split them: use train.parallel=mesh")
+        if self.parallel == "pmap" and self.mesh.splits_a_run():
+            self._fail("parallel", "='pmap' keeps the parameters and sequences whole on every "
+                       f"device; train.mesh.fsdp={self.mesh.fsdp}, sequence="
+                       f"{self.mesh.sequence} and tensor={self.mesh.tensor} split them: use "
+                       "train.parallel=mesh")
         for name in ("log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) % self.steps_per_dispatch:
                 self._fail(name, f"={getattr(self, name)} must be a multiple of "

@@ -208,7 +208,10 @@ def embed_tokens(module: nn.Module, config: ModelConfig, tokens, positions, embe
     dtype = jnp.dtype(config.dtype)
     embed = embed or token_embedding(config)
     position = POSITIONS.get(config.position.kind)
-    x = embed(tokens).astype(dtype) * token_scale(config)
+    # the table is whole along the model width where it is looked up (on an fsdp mesh, gathered
+    # first, as every FSDP parameter is), so the rows come out laid out like the tokens
+    table = axes.constrain(embed.embedding, "vocab", None)
+    x = jnp.take(table, tokens, axis=0).astype(dtype) * token_scale(config)
     if position.embed is not None:
         x = x + added_positions(module, position.embed(module, positions, config).astype(dtype),
                                 config)

@@ -54,11 +54,11 @@ class Runner:
         if group is not None and cfg.parallel != "mesh":
             raise ValueError("train.parallel='pmap' cannot train a vmapped group of runs; "
                              "use train.parallel=mesh or another launcher")
-        if group is not None and cfg.mesh.model_axes():
-            raise ValueError(f"train.mesh.fsdp={cfg.mesh.fsdp}, train.mesh.tensor="
-                             f"{cfg.mesh.tensor}: a vmapped group of runs keeps every run's "
-                             "parameters whole on each device; use the sequential, processes "
-                             "or ray launcher")
+        if group is not None and cfg.mesh.splits_a_run():
+            raise ValueError(f"train.mesh.fsdp={cfg.mesh.fsdp}, sequence={cfg.mesh.sequence}, "
+                             f"tensor={cfg.mesh.tensor}: a vmapped group of runs keeps every "
+                             "run's parameters and sequences whole on each device; use the "
+                             "sequential, processes or ray launcher")
         self.steps_per_call = cfg.steps_per_dispatch if dataset.on_device else 1
         self.mesh = None
         if cfg.parallel == "mesh":
@@ -169,13 +169,13 @@ def _program(structure: Config, devices: tuple, group: int | None):
                         in_axes=(None, 0) + (() if dataset.on_device else (0,)))
 
     layout = sharding.Layout(structure, sharding.make_mesh(cfg.mesh, devices))
-    split = structure.train.mesh.model_axes()
+    split, laid_out = cfg.mesh.model_axes(), cfg.mesh.splits_a_run()
     constrain = lambda batch: jax.lax.with_sharding_constraint(batch, layout.batch())
 
     def program(values, state, *batch):
         config = hyper.inject(structure, values)
         step = make_train_step(config)
-        with layout.activations() if split else contextlib.nullcontext():
+        with layout.activations() if laid_out else contextlib.nullcontext():
             return step(state, *batch) if batch else scanned(step, config, constrain)(state)
     if group is not None:
         return jax.jit(jax.vmap(program), donate_argnums=1)
