@@ -529,3 +529,15 @@ def test_learned_table_evaluated_past_its_rows_fails_at_config_time():
     _override_error(items, "data.eval_lengths", "64", "model.max_length=32",
                     "learned_interpolate")
     apply_overrides(Config(), items + ["model.position.learned_interpolate=true"])
+
+
+@pytest.mark.parametrize("train, expected", [
+    ({}, 10),                                        # 1000 steps, cadences 50 / 500 / 500
+    ({"steps": 20, "log_every": 5, "eval_every": 10, "checkpoint_every": 10}, 5),
+    ({"steps": 21, "log_every": 7, "eval_every": 7, "checkpoint_every": 21}, 7),
+    ({"steps": 100, "log_every": 3}, 1),
+    ({"steps_per_dispatch": 2, "log_every": 4, "eval_every": 4, "checkpoint_every": 4}, 2),
+])
+def test_steps_per_dispatch_by_default_is_the_most_every_cadence_allows(train, expected):
+    config = apply_overrides(Config(), {f"train.{k}": v for k, v in train.items()})
+    assert config.train.dispatch_steps() == expected

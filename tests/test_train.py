@@ -503,7 +503,7 @@ def test_summary_splits_the_wall_time_into_phases(uninterrupted):
     assert min(seconds.values()) >= 0
     assert sum(seconds[p] for p in phases) <= seconds["total"] + 1e-2
     tokens = config.train.batch_size * config.data.length
-    timed_steps = config.train.steps - config.train.steps_per_dispatch   # after compilation
+    timed_steps = config.train.steps - config.train.dispatch_steps()   # after compilation
     # exact but for the summary's rounding of the seconds to the millisecond
     assert abs(summary["tokens_per_s"] * seconds["training"] - timed_steps * tokens) <= (
         summary["tokens_per_s"] * 5e-4)

@@ -37,7 +37,7 @@ def peer_comparison(config, steps: int, window_s: float = WINDOW_S) -> dict:
     theirs = peer_gpt.train_loop(tokens[start:end], d_model=m.d_model, num_layers=m.num_layers,
                                  num_heads=m.attention.num_heads, length=config.data.length,
                                  batch_size=t.batch_size,
-                                 steps_per_dispatch=t.steps_per_dispatch, total_steps=t.steps,
+                                 steps_per_dispatch=t.dispatch_steps(), total_steps=t.steps,
                                  warmup=t.warmup_steps, learning_rate=t.learning_rate)
     calls = max(steps // (ROUNDS * steps_per_call), math.ceil(window_s / ours(1)), 1)
     per_round = calls * steps_per_call * t.batch_size * config.data.length

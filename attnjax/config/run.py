@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from attnjax.config.fields import INT32, LENGTH, Validated, choice, number, when
@@ -59,6 +60,12 @@ class DataConfig(Validated):
         return (self.length,) + self.eval_lengths
 
 
+# the cadences a dispatch of several steps must divide, and the most steps an automatic
+# dispatch runs (bench train: 10 steps per dispatch trains 1.1-1.5x faster than 1 on a CPU)
+CADENCES = ("log_every", "eval_every", "checkpoint_every")
+AUTO_DISPATCH = 10
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(Validated):
     """Optimisation, evaluation, logging and checkpoint cadence."""
@@ -79,7 +86,10 @@ class TrainConfig(Validated):
     entropy_reg: float = 0.0                        # mean attention entropy
     weight_std_reg: float = 0.0                     # per-head std of the attention weights
     sharpen_reg: float = 0.0                        # KL to the sharpened attention
-    steps_per_dispatch: int = number(1, ge=1, le=INT32)  # >1: lax.scan, data made on device
+    # training steps per compiled call (>1: a lax.scan, batches made on the device; host data
+    # is fed one step per call); None: the most, up to AUTO_DISPATCH, that divides steps and
+    # the log, evaluation and checkpoint cadences (dispatch_steps)
+    steps_per_dispatch: int | None = number(None, ge=1, le=INT32)
     parallel: Literal["mesh", "pmap"] = "mesh"
     # the mesh's axis sizes and sharding rules (attnjax.config.mesh; parallel=mesh only)
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
@@ -104,10 +114,19 @@ class TrainConfig(Validated):
                        f"device; train.mesh.fsdp={self.mesh.fsdp}, sequence="
                        f"{self.mesh.sequence} and tensor={self.mesh.tensor} split them: use "
                        "train.parallel=mesh")
-        for name in ("log_every", "eval_every", "checkpoint_every"):
+        for name in CADENCES if self.steps_per_dispatch is not None else ():
             if getattr(self, name) % self.steps_per_dispatch:
                 self._fail(name, f"={getattr(self, name)} must be a multiple of "
                            f"steps_per_dispatch={self.steps_per_dispatch}")
+
+    def dispatch_steps(self) -> int:
+        """``steps_per_dispatch``, or by default the most steps up to ``AUTO_DISPATCH`` that
+        divide ``steps`` and every cadence (so logs, evaluations, checkpoints and the end fall
+        between dispatches): one dispatch per step costs the host's round trip every step."""
+        if self.steps_per_dispatch is not None:
+            return self.steps_per_dispatch
+        period = math.gcd(self.steps, *(getattr(self, name) for name in CADENCES))
+        return max(n for n in range(1, AUTO_DISPATCH + 1) if period % n == 0)
 
     def regularizers(self) -> dict:
         """The attention regularisers (``REGULARIZERS`` entries) whose coefficient is not 0."""

@@ -12,7 +12,7 @@ transfers only its own rows. pmap: the same step runs per device on its slice wi
 their slice, so any mesh gives the numbers of one device (up to the order of floating-point
 sums).
 
-With on-device data, ``steps_per_dispatch`` steps run in one compiled ``lax.scan``, batches
+With on-device data, ``dispatch_steps()`` steps run in one compiled ``lax.scan``, batches
 generated inside it; host data (token files) is fed one step per call.
 
 The program is compiled for the config's structure and takes its scalar hyperparameters as an
@@ -59,7 +59,7 @@ class Runner:
                              f"tensor={cfg.mesh.tensor}: a vmapped group of runs keeps every "
                              "run's parameters and sequences whole on each device; use the "
                              "sequential, processes or ray launcher")
-        self.steps_per_call = cfg.steps_per_dispatch if dataset.on_device else 1
+        self.steps_per_call = cfg.dispatch_steps() if dataset.on_device else 1
         self.mesh = None
         if cfg.parallel == "mesh":
             sharding.check(config, n)
@@ -144,7 +144,7 @@ def _program(structure: Config, devices: tuple, group: int | None):
     """The compiled training program of a structure: ``(values, state[, batch]) -> (state,
     metrics)``. Cached, so runs that share a structure share one program."""
     n, cfg, dataset = len(devices), structure.train, load_dataset(structure.data)
-    steps = cfg.steps_per_dispatch if dataset.on_device else 1
+    steps = cfg.dispatch_steps() if dataset.on_device else 1
 
     def scanned(step_fn, config, shard):
         def body(state, _):
