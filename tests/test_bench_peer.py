@@ -12,7 +12,7 @@ from attnjax.bench.peer import ROUNDS, peer_comparison
 from attnjax.bench.train import train_settings
 from attnjax.data.text import read_bytes
 from attnjax.train.state import init_params
-from helpers import TINY_TEXT, tiny_config
+from helpers import TINY_TEXT, raises_one_line, tiny_config
 
 count = lambda tree: sum(x.size for x in jax.tree_util.tree_leaves(tree))
 
@@ -43,3 +43,13 @@ def test_peer_learns_and_the_comparison_reports_the_ratio():
     row = peer_comparison(config, 20, window_s=0.0)
     assert row["tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0 and row["rounds"] == ROUNDS
     assert 0 < row["peer_ratio_low"] <= row["peer_ratio"] <= row["peer_ratio_high"]
+
+
+def test_the_pytorch_peer_is_refused_in_one_line_without_a_python_that_has_torch(capsys):
+    """``attnjax bench torch`` runs PyTorch in another interpreter: one that cannot be run, or
+    that has no torch (this one), is one line, before anything is measured."""
+    import sys
+
+    from attnjax.bench.torch_peer import TorchWorker
+    raises_one_line(lambda: TorchWorker("/nonexistent/python"), "--python", "cannot be run")
+    raises_one_line(lambda: TorchWorker(sys.executable), "PyTorch worker stopped", "torch")

@@ -41,14 +41,21 @@ def peer_comparison(config, steps: int, window_s: float = WINDOW_S) -> dict:
                                  warmup=t.warmup_steps, learning_rate=t.learning_rate)
     calls = max(steps // (ROUNDS * steps_per_call), math.ceil(window_s / ours(1)), 1)
     per_round = calls * steps_per_call * t.batch_size * config.data.length
+    return alternating(lambda: ours(calls), lambda: theirs(calls)[0], per_round)
+
+
+def alternating(ours, theirs, per_round: float, rounds: int = ROUNDS) -> dict:
+    """``rounds`` rounds of ``ours()`` and ``theirs()`` (each: seconds of one round's work,
+    ``per_round`` tokens), the first side alternating; rates per second, the median of each
+    round's ratio ``ours / theirs`` and the lowest and highest of them."""
     rates = {"ours": [], "theirs": []}
-    for round_ in range(ROUNDS):
+    for round_ in range(rounds):
         order = ("ours", "theirs") if round_ % 2 == 0 else ("theirs", "ours")
         for side in order:
-            seconds = ours(calls) if side == "ours" else theirs(calls)[0]
+            seconds = ours() if side == "ours" else theirs()
             rates[side].append(per_round / seconds)
     ratios = [a / b for a, b in zip(rates["ours"], rates["theirs"])]
     return {"tokens_per_s": float(np.median(rates["ours"])),
             "peer_tokens_per_s": float(np.median(rates["theirs"])),
             "peer_ratio": float(np.median(ratios)),
-            "peer_ratio_low": min(ratios), "peer_ratio_high": max(ratios), "rounds": ROUNDS}
+            "peer_ratio_low": min(ratios), "peer_ratio_high": max(ratios), "rounds": rounds}

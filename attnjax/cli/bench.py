@@ -39,6 +39,13 @@ def _mesh(args) -> None:
     run_mesh_benchmark(config, args.meshes or MESHES, run_steps=args.steps or 0, out=args.out)
 
 
+def _torch(args) -> None:
+    from attnjax.bench.torch_peer import run_torch_benchmark
+    if args.python is None:
+        raise ValueError("bench torch needs --python PYTHON, an interpreter that has torch")
+    run_torch_benchmark(args.python, steps=args.steps or 50, out=args.out)
+
+
 def _generate(args) -> None:
     from attnjax.bench.generate import run_generate_benchmark
     from attnjax.bench.translate import run_translation_benchmark
@@ -76,8 +83,8 @@ def _report(args) -> None:
 
 
 BENCHMARKS = {"attention": _attention, "train": _train, "sweep": _sweep, "memory": _memory,
-              "mesh": _mesh, "generate": _generate, "eval": _eval, "startup": _startup,
-              "patch": _patch, "report": _report}
+              "mesh": _mesh, "torch": _torch, "generate": _generate, "eval": _eval,
+              "startup": _startup, "patch": _patch, "report": _report}
 
 
 def _takes_config(args) -> bool:
@@ -108,8 +115,10 @@ def add_bench(commands) -> None:
                         "sweep with each launcher), memory (compiled memory of a config's "
                         "training step, not run), mesh (per-device memory and collective bytes "
                         "of a training step on each of several meshes; a Llama-shaped 110M "
-                        "model by default), generate (a cached decoding step at several "
-                        "cache fills, full forwards without a cache, and whole generations), "
+                        "model by default), torch (training tokens/s and causal attention "
+                        "against PyTorch with fused SDPA, run by --python), generate (a cached "
+                        "decoding step at several cache fills, full forwards without a cache, "
+                        "and whole generations), "
                         "eval (forward tokens/s of an evaluation against tokens per pass), "
                         "startup (the phases of one run trained twice in new processes sharing "
                         "a compilation cache), patch (capturing named points against nothing, "
@@ -128,6 +137,9 @@ def add_bench(commands) -> None:
                        help="train: timed steps per setting (default 50); sweep: steps per "
                        "run (default 300); mesh: dispatches run on each mesh after it is "
                        "measured (default 0: compiled, not run)")
+    bench.add_argument("--python", default=None, metavar="PYTHON",
+                       help="torch: a Python interpreter that has torch (it runs the PyTorch "
+                       "side in its own process; it needs neither JAX nor attnjax)")
     bench.add_argument("--meshes", nargs="+", default=None, metavar="MESH",
                        help="mesh: the meshes, each AXIS=SIZE[,AXIS=SIZE] over data, fsdp, "
                        "tensor, data taking the devices left (default: fsdp=1 fsdp=2 fsdp=4 "
