@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import sharding
 from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.generate import check_sampling, decode_step, empty_cache
 from attnjax.translate import check_translation, encode, start
@@ -157,21 +158,22 @@ def check_beams(beams: int, alpha: float, config=None, *, num_tokens: int = 1,
 
 
 def beam_generate(config, params, prompts, num_tokens: int, *, beams: int,
-                  alpha: float = 0.6) -> Hypotheses:
+                  alpha: float = 0.6, mesh=None) -> Hypotheses:
     """The ``beams`` most likely continuations of ``num_tokens`` tokens of each prompt
     (``prompts`` ``[B, P]``) of a decoding family (no EOS: every hypothesis has
-    ``num_tokens`` tokens)."""
+    ``num_tokens`` tokens); ``mesh``: as ``generate``'s."""
     prompts = check_sampling(config, prompts, num_tokens, 0.0, None, 0)
     check_beams(beams, alpha, config, num_tokens=num_tokens, sources=prompts.shape[0],
                 prompt=prompts.shape[1], params=params)
-    program = _generation_program(config, num_tokens, beams, float(alpha))
+    program = _generation_program(config, num_tokens, beams, float(alpha), mesh)
     return Hypotheses(*map(np.asarray, program(params, jnp.asarray(prompts, jnp.int32))))
 
 
 @functools.lru_cache(maxsize=16)
-def _generation_program(config, num_tokens: int, beams: int, alpha: float):
+def _generation_program(config, num_tokens: int, beams: int, alpha: float, mesh):
     step = decode_step(config)
 
+    @sharding.traced_on(config, mesh)
     def run(params, prompts):
         rows = jnp.repeat(prompts, beams, axis=0)
         cache, logits = step(params, empty_cache(config, rows.shape[0]), rows)

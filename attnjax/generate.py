@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import sharding
 from attnjax.config.kernel import kernel_request
 from attnjax.models import build, family
 from attnjax.registry import MODELS
@@ -62,14 +63,15 @@ def next_tokens(logits, key, temperature: float, top_k: int | None):
 
 
 def generate(config, params, prompts, num_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, seed: int = 0) -> np.ndarray:
+             top_k: int | None = None, seed: int = 0, mesh=None) -> np.ndarray:
     """``num_tokens`` tokens after each prompt: ``prompts`` ``[B, P]`` token ids (one length
     for all) -> ``[B, num_tokens]``. Token 0 is drawn with ``jax.random.key(seed)``, token
     ``i`` after it with that key folded with ``i - 1``; temperature 0 is greedy (the same
     tokens as feeding the argmax back one call at a time). Bad arguments are refused before
-    anything compiles."""
+    anything compiles. ``mesh``: ``params`` are split over it (``sharding.place_parameters``),
+    and so are the activations and the KV cache (its heads over ``tensor``)."""
     prompts = check_sampling(config, prompts, num_tokens, temperature, top_k, seed)
-    out = _generation(config, num_tokens, float(temperature), top_k)(
+    out = _generation(config, num_tokens, float(temperature), top_k, mesh)(
         params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
     return np.asarray(out)
 
@@ -123,10 +125,12 @@ def _integer(value) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _generation(config, num_tokens: int, temperature: float, top_k: int | None):
-    """The compiled generation ``(params, prompts, key) -> tokens [B, num_tokens]``."""
+def _generation(config, num_tokens: int, temperature: float, top_k: int | None, mesh):
+    """The compiled generation ``(params, prompts, key) -> tokens [B, num_tokens]``, laid out
+    on ``mesh`` (or not: ``None``)."""
     decode = decode_step(config)
 
+    @sharding.traced_on(config, mesh)
     def run(params, prompts, key):
         cache, logits = decode(params, _cache_tree(config, prompts.shape[0]), prompts)
         first = next_tokens(logits, key, temperature, top_k)
@@ -144,9 +148,9 @@ def _generation(config, num_tokens: int, temperature: float, top_k: int | None):
 
 
 def sample(config, params, prompt: list[int], num_tokens: int, *, temperature: float = 1.0,
-           top_k: int | None = None, seed: int = 0) -> list[int]:
+           top_k: int | None = None, seed: int = 0, mesh=None) -> list[int]:
     """``generate`` for one prompt: ``num_tokens`` tokens after ``prompt``, as a list."""
     if not prompt:
         raise ValueError("prompt must not be empty")
     return generate(config, params, [prompt], num_tokens, temperature=temperature,
-                    top_k=top_k, seed=seed)[0].tolist()
+                    top_k=top_k, seed=seed, mesh=mesh)[0].tolist()

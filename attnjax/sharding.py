@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from attnjax.config import Config, ModelConfig
+from attnjax.config import Config, ModelConfig, apply_overrides
 from attnjax.config.mesh import MESH_AXES, MeshConfig, mesh_axes_of
 from attnjax.models import build
 from attnjax.nn import axes
@@ -73,6 +73,12 @@ def check(config: Config, devices: int) -> None:
     if config.data.length % sizes["sequence"]:
         raise ValueError(f"train.mesh.sequence={sizes['sequence']} must divide data.length="
                          f"{config.data.length}")
+    check_model(model, sizes)
+
+
+def check_model(model: ModelConfig, sizes: dict[str, int]) -> None:
+    """The refusals of ``check`` that concern the model alone (tensor parallelism), for a
+    mesh of ``sizes`` that trains or decodes it."""
     tensor = sizes["tensor"]
     if tensor == 1:
         return
@@ -88,6 +94,50 @@ def check(config: Config, devices: int) -> None:
     if mlp_width(model) % tensor:
         raise ValueError(f"train.mesh.tensor={tensor} must divide the MLP's width "
                          f"{mlp_width(model)} (model.mlp_hidden / mlp_ratio)")
+
+
+def mesh_overrides(text: str) -> dict:
+    """``"fsdp=2,tensor=2"`` (a command's ``--mesh`` or ``--meshes`` entry) -> the
+    ``train.mesh`` overrides it names, ``data`` taking the devices left (-1)."""
+    sizes = {"data": -1, "fsdp": 1, "sequence": 1, "tensor": 1}
+    for part in text.split(","):
+        name, _, size = part.partition("=")
+        if name not in sizes or not size.lstrip("-").isdigit():
+            raise ValueError(f"mesh {text!r}: write AXIS=SIZE[,AXIS=SIZE] with axes "
+                             f"{', '.join(sizes)}")
+        sizes[name] = int(size)
+    return {f"train.mesh.{name}": size for name, size in sizes.items()}
+
+
+def inference_mesh(config: Config, text: str, devices) -> tuple[Config, Mesh]:
+    """The config with the mesh ``text`` names (``mesh_overrides``) and that mesh over
+    ``devices``, refused in one line where the model cannot be split so (decoding: the
+    training batch and length do not matter)."""
+    config = apply_overrides(config, mesh_overrides(text))
+    devices = list(devices)
+    check_model(config.model, mesh_sizes(config.train.mesh, len(devices)))
+    return config, make_mesh(config.train.mesh, devices)
+
+
+def place_parameters(config: Config, params, mesh: Mesh):
+    """``params`` (host or one device's) split over ``mesh`` as the rules say, shard by
+    shard."""
+    return jax.device_put(params, Layout(config, mesh).parameters())
+
+
+def traced_on(config: Config, mesh: Mesh | None):
+    """Decorator: the function traced within ``config``'s activation layout on ``mesh``
+    (``Layout.activations``); unchanged without a mesh."""
+    def decorate(fn):
+        if mesh is None:
+            return fn
+
+        @functools.wraps(fn)
+        def traced(*args):
+            with Layout(config, mesh).activations():
+                return fn(*args)
+        return traced
+    return decorate
 
 
 def spec(names, shape, sizes: dict[str, int], table) -> PartitionSpec:

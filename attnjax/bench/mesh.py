@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from attnjax import sharding
+from attnjax.sharding import mesh_overrides
 from attnjax.bench.common import write_json
 from attnjax.bench.memory import BUFFERS_ONLY, tree_bytes
 from attnjax.config import Config, apply_overrides
@@ -50,18 +51,6 @@ MESHES = ("fsdp=1", "fsdp=2", "fsdp=4", "fsdp=8", "tensor=2", "tensor=4", "tenso
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce")
 BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2,
          "s16": 2, "u16": 2, "s8": 1, "u8": 1, "pred": 1}
-
-
-def mesh_overrides(text: str) -> dict:
-    """``"fsdp=2,tensor=2"`` -> the ``train.mesh`` overrides, ``data`` the rest (-1)."""
-    sizes = {"data": -1, "fsdp": 1, "sequence": 1, "tensor": 1}
-    for part in text.split(","):
-        name, _, size = part.partition("=")
-        if name not in sizes or not size.lstrip("-").isdigit():
-            raise ValueError(f"--meshes entry {text!r}: write AXIS=SIZE[,AXIS=SIZE] with axes "
-                             "data, fsdp, tensor")
-        sizes[name] = int(size)
-    return {f"train.mesh.{name}": size for name, size in sizes.items()}
 
 
 def collective_bytes(hlo: str) -> dict[str, int]:

@@ -330,8 +330,8 @@ class MultiHeadAttention(nn.Module):
         if not initialized:
             return {}, None
         start = index.value
-        write = lambda cache, x: jax.lax.dynamic_update_slice(
-            cache, jnp.swapaxes(x, 1, 2), (0, 0, start, 0))
+        write = lambda cache, x: axes.constrain(jax.lax.dynamic_update_slice(
+            cache, jnp.swapaxes(x, 1, 2), (0, 0, start, 0)), "batch", "act_kv_heads", None, None)
         cached_k.value, cached_v.value = write(cached_k.value, k), write(cached_v.value, v)
         index.value = start + T
         arguments = dict(key=jnp.swapaxes(cached_k.value, 1, 2),
