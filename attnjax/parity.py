@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax.ops import dot_product_attention
+from attnjax.ops.attention import requested_options
 from attnjax.registry import KERNELS
 
 
@@ -120,12 +121,24 @@ def kernel_errors(name: str, setting, with_grads: bool = True) -> dict:
     return row
 
 
+def setting_options(setting) -> frozenset:
+    """The options (``OPTIONS``) a parity setting asks of a kernel."""
+    _, (q, k, _), kwargs, _ = setting
+    bias = kwargs.get("bias")
+    return requested_options(bias=bias, window=kwargs.get("local_window_size"),
+                             padding="key_value_seq_lengths" in kwargs,
+                             cross_attention=q.shape[1] != k.shape[1],
+                             dense_bias=bias is not None and not callable(bias))
+
+
 def parity_table(with_grads: bool = True) -> list[dict]:
-    """Rows for every exact kernel that runs on this backend and every parity setting."""
+    """Rows for every exact kernel that runs on this backend and every parity setting it
+    supports (``ring`` and ``allgather`` take no dense bias array)."""
     rows = []
     for name, spec in KERNELS.items():
         if not spec.exact or not spec.available():
             continue
         for setting in parity_settings():
-            rows.append(kernel_errors(name, setting, with_grads))
+            if setting_options(setting) <= spec.supports:
+                rows.append(kernel_errors(name, setting, with_grads))
     return rows

@@ -405,7 +405,7 @@ SCENARIOS = {
     "dense_mask_bias_per_head_scale": (
         dict(T=16, K=2), dict(mask=_DENSE_MASK, bias=_DENSE_BIAS,
                               scale=np.array([0.2, 0.3, 0.4, 0.5], np.float32)),
-        {"mask", "bias", "per_head_scale"}),
+        {"mask", "bias", "dense_bias", "per_head_scale"}),
     # KV-cache style cross-attention: 7 new queries at positions 6..12 over 13 keys, causal by
     # position, with an ALiBi-like bias computed from those positions.
     "cross_7x13_positions_callable_bias": (
@@ -773,7 +773,8 @@ _ASK = {
     "softcap": dict(logit_soft_cap=5.0),
     "sink": dict(sink=0.0),
     "dropout": dict(dropout_rate=0.1, dropout_rng=jax.random.key(0)),
-    "bias": dict(bias=np.zeros((4, 4), np.float32)),
+    "bias": dict(bias=lambda q_pos, k_pos: jnp.zeros((1, 1, q_pos.shape[-1], k_pos.shape[-1]))),
+    "dense_bias": dict(bias=np.zeros((4, 4), np.float32)),
     "mask": dict(mask=np.ones((4, 4), bool)),
     "window": dict(local_window_size=(1, 1)),
     "block_causal": dict(causal_block_size=2),
@@ -789,12 +790,14 @@ _REFUSED = [pytest.param(n, o, id=f"{n}-{o}") for n in KERNELS.names() for o in 
 @pytest.mark.parametrize("name,option", _REFUSED)
 def test_unsupported_option_names_it(name, option):
     q, k, v = qkv(T=4, K=2)
-    able = [n for n, s in KERNELS.items() if option in s.supports]
+    asked = {option, "bias"} if option == "dense_bias" else {option}  # an array is a bias too
+    able = [n for n, s in KERNELS.items() if asked <= s.supports]
+    missing = ", ".join(sorted(asked - KERNELS.get(name).supports))
     with pytest.raises(ValueError) as info:
         dot_product_attention(q, k, v, implementation=name, **_ASK[option])
     message = str(info.value)
     assert "\n" not in message
-    assert f"implementation={name!r} does not support: {option};" in message
+    assert f"implementation={name!r} does not support: {missing};" in message
     assert message.endswith("kernels that do: " + (", ".join(able) or "none"))
 
 

@@ -122,7 +122,8 @@ def test_encoder_refusals_name_the_field(overrides, fragments):
 # ----------------------------------------------------------------------------------- model
 
 PADDED_KERNELS = [name for name, spec in KERNELS.items()
-                  if spec.exact and spec.available() and {"positions", "segment"} <= spec.supports]
+                  if spec.exact and spec.available() and {"positions", "segment"} <= spec.supports
+                  and spec.runs_as is None]
 
 
 # every exact kernel that takes a padded batch with RoPE, and every position encoding with

@@ -29,7 +29,9 @@ VOCAB, D, LAYERS, HEADS, MAX_LEN = 64, 32, 2, 4, 16
 HEAD_DIM = D // HEADS
 TOL = dict(atol=1e-5, rtol=1e-5)
 
-KERNEL_NAMES = [k for k in KERNELS.names() if KERNELS.get(k).available()]
+# (a kernel that runs another's program on one device, ``runs_as``, is that one here)
+KERNEL_NAMES = [k for k in KERNELS.names()
+                if KERNELS.get(k).available() and KERNELS.get(k).runs_as is None]
 POSITION_NAMES = list(POSITIONS.names())
 # Kernels the module can decode with: it passes query/key positions to the kernel.
 DECODE_KERNELS = [k for k in KERNEL_NAMES if "positions" in KERNELS.get(k).supports]

@@ -161,7 +161,7 @@ def decoding_kernels():
             kernel_request(config.model, decode=True)
         except ValueError:
             continue
-        if KERNELS.get(name).available():
+        if KERNELS.get(name).available() and KERNELS.get(name).runs_as is None:
             names.append(name)
     return names
 

@@ -42,10 +42,12 @@ from attnjax.registry import KERNELS
 BiasFn = Callable[[jax.Array, jax.Array], jax.Array]
 Bias = jax.Array | BiasFn | None
 
-# Option names a kernel may or may not honour; the front door and the config check use these.
-OPTIONS = ("bias", "mask", "positions", "window", "block_causal", "segment", "padding",
-           "per_head_scale", "softcap", "sink", "dropout", "return_weights", "cross_attention",
-           "value_head_dim")
+# Option names a kernel may or may not honour; the front door and the config check use these
+# (``bias``: any additive bias; ``dense_bias``: one given as an array, not a function of
+# positions).
+OPTIONS = ("bias", "dense_bias", "mask", "positions", "window", "block_causal", "segment",
+           "padding", "per_head_scale", "softcap", "sink", "dropout", "return_weights",
+           "cross_attention", "value_head_dim")
 
 
 class KernelSpec(NamedTuple):
@@ -62,7 +64,9 @@ class KernelSpec(NamedTuple):
     inputs (e.g. several blocks at length 9), used by the parity table. ``safe``: it keeps the
     numerical contract of the module docstring (rows that see no key give zeros, logits in
     float32 or wider, masks selected with a finite fill); the contract tests check every such
-    kernel.
+    kernel. ``runs_as``: the kernel whose program this one runs when nothing is split over
+    devices (``ring`` and ``allgather`` outside ``ops.context.sequence_parallel``: ``chunked``);
+    the tests that run every kernel inside a model run that one in its place.
     """
     fn: Callable
     supports: frozenset
@@ -72,6 +76,7 @@ class KernelSpec(NamedTuple):
     backends: frozenset | None = None
     test_options: tuple[tuple[str, int], ...] = ()
     safe: bool = True
+    runs_as: str | None = None
 
     def available(self) -> bool:
         """Whether it runs on this process's default JAX backend."""
@@ -125,6 +130,15 @@ def dropout_keep(dropout: Dropout, batch_idx, head_idx, q_idx, k_idx) -> jax.Arr
     for index in (batch_idx, head_idx, q_idx, k_idx):
         h = _mix32(h ^ jnp.asarray(index).astype(jnp.uint32))
     return h >= _keep_threshold(dropout.rate)
+
+
+def apply_dropout(dropout: Dropout, p: jax.Array, q_index, k_index) -> jax.Array:
+    """``p`` ``[B, N, tq, tk]`` (probabilities of the queries at absolute indices ``q_index``
+    ``[tq]`` over the keys at ``k_index`` ``[tk]``) with dropout: dropped entries 0, the rest
+    over ``1 - rate``."""
+    keep = dropout_keep(dropout, jnp.arange(p.shape[0])[:, None, None, None],
+                        jnp.arange(p.shape[1])[:, None, None], q_index[:, None], k_index)
+    return jnp.where(keep, p / (1.0 - dropout.rate), 0.0)
 
 
 def scaled_logits(q: jax.Array, k: jax.Array, scale: jax.Array,
@@ -199,10 +213,7 @@ def attend_block(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, 
     probs = point("probs", p / denom)
     dropped = probs
     if dropout is not None:
-        keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None],
-                            jnp.arange(N)[:, None, None], q_start + jnp.arange(T)[:, None],
-                            k_start + jnp.arange(S))
-        dropped = jnp.where(keep, probs / (1.0 - dropout.rate), 0.0)
+        dropped = apply_dropout(dropout, probs, q_start + jnp.arange(T), k_start + jnp.arange(S))
     out = jnp.einsum("bnqk,bknh->bqnh", dropped.astype(value.dtype), value,
                      preferred_element_type=probs.dtype)
     rows = visible_rows(visible)
@@ -233,11 +244,14 @@ def _as_4d(x: jax.Array | None, name: str) -> jax.Array | None:
 def requested_options(*, bias=None, mask=None, positions=False, window=None,
                       block_causal=None, segment=False, padding=False, scale=None,
                       logit_soft_cap=None, sink=None, dropout_rate=0.0, return_weights=False,
-                      cross_attention=False, value_head_dim=False) -> frozenset:
+                      cross_attention=False, value_head_dim=False,
+                      dense_bias=False) -> frozenset:
     """The option names (see ``OPTIONS``) a call or a config asks a kernel to honour
-    (``value_head_dim``: the value's width differs from the query's and key's)."""
+    (``value_head_dim``: the value's width differs from the query's and key's;
+    ``dense_bias``: the bias is an array)."""
     asked = {
-        "bias": bias is not None, "mask": mask is not None, "positions": positions,
+        "bias": bias is not None, "dense_bias": dense_bias, "mask": mask is not None,
+        "positions": positions,
         "window": window is not None, "block_causal": block_causal is not None,
         "segment": segment, "padding": padding,
         "per_head_scale": scale is not None and np.ndim(scale) > 0,
@@ -331,7 +345,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
         padding=query_seq_lengths is not None or key_value_seq_lengths is not None,
         scale=scale, logit_soft_cap=logit_soft_cap, sink=sink, dropout_rate=dropout_rate,
         return_weights=return_weights, cross_attention=T != S,
-        value_head_dim=value.shape[3] != H)
+        value_head_dim=value.shape[3] != H, dense_bias=bias is not None and not callable(bias))
     spec = check_kernel_supports(implementation, asked)
     if spec.causal_only_aligned and is_causal and T != S:
         raise ValueError(f"implementation={implementation!r} needs query and key of equal "

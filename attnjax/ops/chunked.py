@@ -29,18 +29,59 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attnjax.ops.attention import (OPTIONS, KernelSpec, block_bias, dropout_keep,
+from attnjax.ops.attention import (OPTIONS, KernelSpec, apply_dropout, block_bias,
                                    expand_kv_heads, scaled_logits)
 from attnjax.ops.masks import combine_masks, mask_value
 from attnjax.registry import KERNELS
 
 
-def _split_blocks(x: jax.Array, block: int) -> jax.Array:
-    """``[B, T, ...]`` -> ``[T_pad / block, B, block, ...]``, zero-padded at the end."""
+def split_blocks(x: jax.Array, block: int, chunks: int = 1) -> jax.Array:
+    """``[B, T, ...]`` -> ``[chunks * ceil(T / chunks / block), B, block, ...]``: each of
+    ``chunks`` equal runs of the length cut into blocks, the last block of each zero-padded."""
     B, T = x.shape[:2]
-    n = -(-T // block)
-    x = jnp.pad(x, [(0, 0), (0, n * block - T)] + [(0, 0)] * (x.ndim - 2))
-    return jnp.moveaxis(x.reshape(B, n, block, *x.shape[2:]), 1, 0)
+    c = T // chunks
+    n = -(-c // block)
+    x = reshape(x, (B, chunks, c, *x.shape[2:]))
+    x = jnp.pad(x, [(0, 0), (0, 0), (0, n * block - c)] + [(0, 0)] * (x.ndim - 3))
+    return jnp.moveaxis(reshape(x, (B, chunks * n, block, *x.shape[3:])), 1, 0)
+
+
+def reshape(x: jax.Array, shape: tuple) -> jax.Array:
+    """``x.reshape(shape)`` for a reshape of the dims between the first (batch) and the
+    trailing ones it keeps; under a mesh of explicit axis types the result is told its
+    sharding: the batch's and the kept dims' as they were, the reshaped ones whole."""
+    if not _explicit(x):
+        return x.reshape(shape)
+    spec = tuple(jax.typeof(x).sharding.spec) + (None,) * x.ndim
+    keep = 0
+    while (keep < min(x.ndim, len(shape)) - 1
+           and x.shape[x.ndim - 1 - keep] == shape[len(shape) - 1 - keep]):
+        keep += 1
+    out = (spec[0],) + (None,) * (len(shape) - 1 - keep) + spec[x.ndim - keep:x.ndim]
+    return jnp.reshape(x, shape, out_sharding=jax.sharding.PartitionSpec(*out))
+
+
+def online_softmax_step(carry, q, k, v, visible, bias, *, scale, logit_soft_cap, dropout,
+                        q_index, k_index):
+    """One key block of the online softmax (the module docstring's update): ``carry`` is
+    ``(m, l, acc)`` ``[B, N, bq]``, ``[B, N, bq]``, ``[B, N, bq, D]`` of the queries ``q``
+    ``[B, bq, N, H]`` over the keys ``k`` and values ``v`` ``[B, bk, N, .]`` (heads expanded),
+    ``visible`` bool ``[B|1, N|1, bq, bk]``, ``bias`` that block's bias or ``None``; dropout
+    hashes the absolute indices ``q_index`` ``[bq]`` and ``k_index`` ``[bk]``."""
+    m, l, acc = carry
+    s = scaled_logits(q, k, scale, logit_soft_cap)                         # [B,N,bq,bk]
+    if bias is not None:
+        s = s + bias
+    s = jnp.where(visible, s, mask_value(acc.dtype))
+    m_new = jax.lax.stop_gradient(jnp.maximum(m, s.max(axis=-1)))
+    p = jnp.where(visible, jnp.exp(s - m_new[..., None]), 0.0)
+    correction = jnp.exp(m - m_new)
+    l = l * correction + p.sum(axis=-1)
+    if dropout is not None:
+        p = apply_dropout(dropout, p, q_index, k_index)
+    acc = acc * correction[..., None] + jnp.einsum(
+        "bnqk,bknh->bnqh", p.astype(v.dtype), v, preferred_element_type=acc.dtype)
+    return m_new, l, acc
 
 
 def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, sink, dropout,
@@ -50,12 +91,11 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
     B, T, N, H = query.shape
     S, D = key.shape[1], value.shape[3]
     bq, bk = min(block_q, T), min(block_k, S)
-    q_blocks = _split_blocks(query, bq)                          # [nq, B, bq, N, H]
-    k_blocks = _split_blocks(expand_kv_heads(key, N), bk)        # [nk, B, bk, N, H]
-    v_blocks = _split_blocks(expand_kv_heads(value, N), bk)
+    q_blocks = split_blocks(query, bq)                          # [nq, B, bq, N, H]
+    k_blocks = split_blocks(expand_kv_heads(key, N), bk)        # [nk, B, bk, N, H]
+    v_blocks = split_blocks(expand_kv_heads(value, N), bk)
     acc_dtype = jnp.promote_types(query.dtype, jnp.float32)
     fill = mask_value(acc_dtype)
-    heads = jnp.arange(N)[:, None, None]
 
     def query_block(args):
         i, q = args
@@ -71,24 +111,10 @@ def chunked_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, s
                                 carry, k, v, k_start, visible), None
 
         def visible_block(carry, k, v, k_start, visible):
-            m, l, acc = carry
-            s = scaled_logits(q, k, scale, logit_soft_cap)                 # [B,N,bq,bk]
-            b = block_bias(bias, mask, q_start, bq, k_start, bk)
-            if b is not None:
-                s = s + b
-            s = jnp.where(visible, s, fill)
-            m_new = jax.lax.stop_gradient(jnp.maximum(m, s.max(axis=-1)))
-            p = jnp.where(visible, jnp.exp(s - m_new[..., None]), 0.0)
-            correction = jnp.exp(m - m_new)
-            l = l * correction + p.sum(axis=-1)
-            if dropout is not None:
-                keep = dropout_keep(dropout, jnp.arange(B)[:, None, None, None], heads,
-                                    (q_start + jnp.arange(bq))[:, None],
-                                    k_start + jnp.arange(bk))
-                p = jnp.where(keep, p / (1.0 - dropout.rate), 0.0)
-            acc = acc * correction[..., None] + jnp.einsum(
-                "bnqk,bknh->bnqh", p.astype(v.dtype), v, preferred_element_type=acc_dtype)
-            return m_new, l, acc
+            return online_softmax_step(
+                carry, q, k, v, visible, block_bias(bias, mask, q_start, bq, k_start, bk),
+                scale=scale, logit_soft_cap=logit_soft_cap, dropout=dropout,
+                q_index=q_start + jnp.arange(bq), k_index=k_start + jnp.arange(bk))
 
         # Initial carries derived from q, so they carry q's sharding (explicit-sharding meshes
         # require the scan carry types, shardings included, to stay equal).

@@ -98,7 +98,8 @@ def masked_fill_attention(query, key, value, *, bias, mask, scale, logit_soft_ca
 
 KERNELS.register("masked_fill", KernelSpec(
     masked_fill_attention,
-    frozenset({"bias", "mask", "positions", "window", "block_causal", "segment", "padding",
-               "per_head_scale", "return_weights", "cross_attention", "value_head_dim"}),
+    frozenset({"bias", "dense_bias", "mask", "positions", "window", "block_causal", "segment",
+               "padding", "per_head_scale", "return_weights", "cross_attention",
+               "value_head_dim"}),
     exact=False, safe=False,
     settings=("mask_fill", "mask_mode", "logits_dtype", "mask_after_softmax", "causal_offset")))
