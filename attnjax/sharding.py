@@ -17,6 +17,7 @@ row).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -31,6 +32,7 @@ from attnjax.config.mesh import MESH_AXES, MeshConfig, mesh_axes_of
 from attnjax.models import build
 from attnjax.nn import axes
 from attnjax.nn.transformer import mlp_width
+from attnjax.ops import context
 from attnjax.train.optim import make_optimizer
 
 
@@ -70,9 +72,13 @@ def check(config: Config, devices: int) -> None:
     if cfg.batch_size % (rows * cfg.grad_accum):
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the mesh's "
                          f"data x fsdp = {rows} x train.grad_accum={cfg.grad_accum}")
-    if config.data.length % sizes["sequence"]:
-        raise ValueError(f"train.mesh.sequence={sizes['sequence']} must divide data.length="
-                         f"{config.data.length}")
+    # the context-parallel kernels lay a causal sequence out in 2 chunks per device (zig-zag)
+    chunks = sizes["sequence"] * (2 if model.attention.kernel in context.KERNEL_NAMES
+                                  and model.causal and model.window is None else 1)
+    if config.data.length % chunks:
+        raise ValueError(f"train.mesh.sequence={sizes['sequence']} splits data.length="
+                         f"{config.data.length} into {chunks} equal chunks "
+                         f"(model.attention.kernel={model.attention.kernel!r}): it must divide")
     check_model(model, sizes)
 
 
@@ -112,8 +118,11 @@ def mesh_overrides(text: str) -> dict:
 def inference_mesh(config: Config, text: str, devices) -> tuple[Config, Mesh]:
     """The config with the mesh ``text`` names (``mesh_overrides``) and that mesh over
     ``devices``, refused in one line where the model cannot be split so (decoding: the
-    training batch and length do not matter)."""
+    training batch and length do not matter, and a step of one token splits no sequence)."""
     config = apply_overrides(config, mesh_overrides(text))
+    if config.train.mesh.sequence != 1:
+        raise ValueError(f"mesh {text!r}: decoding feeds one token per step, which no "
+                         "sequence axis can split; use data, fsdp and tensor")
     devices = list(devices)
     check_model(config.model, mesh_sizes(config.train.mesh, len(devices)))
     return config, make_mesh(config.train.mesh, devices)
@@ -235,6 +244,10 @@ class Layout:
         rows = spec(("batch",), (math.prod(self.sizes.values()),), self.sizes, self.table)
         return NamedSharding(self.mesh, PartitionSpec(*(None,) * leading, *rows))
 
+    @contextlib.contextmanager
     def activations(self):
-        """A context within which ``attnjax.nn.axes.constrain`` lays activations out."""
-        return axes.laid_out(self.sharding)
+        """A context within which ``attnjax.nn.axes.constrain`` lays activations out and, on a
+        mesh with a ``sequence`` axis, the context-parallel kernels (``ring``, ``allgather``)
+        split the sequence over it (``ops.context.sequence_parallel``)."""
+        with axes.laid_out(self.sharding), context.sequence_parallel(self.mesh, "sequence"):
+            yield

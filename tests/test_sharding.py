@@ -143,6 +143,9 @@ def test_gqa_with_fewer_kv_heads_than_tensor_replicates_them():
     ({"train.mesh.fsdp": 2, "train.mesh.data": 1, "train.grad_accum": 4}, 2,
      ("data x fsdp = 2", "grad_accum=4")),
     ({"train.mesh.sequence": 3, "train.mesh.data": 1}, 3, ("sequence=3", "data.length=16")),
+    # the ring's zig-zag layout: 2 chunks per device under the causal mask, 12 % 8
+    ({"train.mesh.sequence": 4, "train.mesh.data": 1, "model.attention.kernel": "ring",
+      "data.length": 12}, 4, ("sequence=4", "data.length=12 into 8 equal chunks")),
 ])
 def test_impossible_meshes_are_refused_in_one_line(overrides, devices, fragments):
     config = tiny_config(TINY_INDUCTION, **overrides)
@@ -174,6 +177,12 @@ def test_boxes_appear_only_while_declaring():
     plain = config_model_init(config)
     assert not any(isinstance(x, nn.Partitioned) for x in jax.tree_util.tree_leaves(
         plain, is_leaf=lambda x: isinstance(x, nn.Partitioned)))
+
+
+def test_decoding_splits_no_sequence():
+    config = tiny_config(TINY_INDUCTION, **{"model.attention.fused_qkv": False})
+    raises_one_line(lambda: sharding.inference_mesh(config, "sequence=2", [None] * 2),
+                    "mesh 'sequence=2'", "one token per step")
 
 
 def test_info_lays_a_config_out_for_any_device_count():
@@ -327,7 +336,11 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
         # two micro-batches and an attention regulariser (every layer's weights) on the mesh
         "decoder-accumulated": ({**decoder, "train.grad_accum": 2, "train.entropy_reg": 0.01},
                                 [EVERY_AXIS]),
-        "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
+        # context parallelism: the ring (zig-zag under the causal mask) and all-gather kernels
+        "decoder-ring": ({**decoder, "model.attention.kernel": "ring"},
+                         [{"data": 2, "sequence": 4}]),
+        "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8,
+                     "model.attention.kernel": "allgather"}, [SPLIT_RUN]),
         "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
     }
     env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
@@ -336,7 +349,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 8 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 9 and result.stdout.count("RESUMED") == 2
     assert "ALL OK" in result.stdout and "BENCH" in result.stdout and "DECODED" in result.stdout
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)

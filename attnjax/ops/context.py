@@ -734,7 +734,8 @@ def traffic(strategy: str, T: int, n: int, *, S: int | None = None, batch: int =
 # compile the very programs they compiled for it (the persistent compilation cache serves them).
 # dense masks and biases, and the weights, would be whole on every device
 _SUPPORTS = frozenset(OPTIONS) - {"mask", "dense_bias", "return_weights"}
-for _name, _fn in (("ring", ring_attention), ("allgather", allgather_attention)):
+KERNEL_NAMES = ("ring", "allgather")      # the kernels that split a sequence over devices
+for _name, _fn in zip(KERNEL_NAMES, (ring_attention, allgather_attention)):
     KERNELS.register(_name, KernelSpec(_fn, _SUPPORTS, settings=("block_q", "block_k"),
                                        test_options=KERNELS.get("chunked").test_options,
                                        runs_as="chunked"))
