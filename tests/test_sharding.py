@@ -204,7 +204,23 @@ def test_collective_bytes_are_read_from_a_compiled_programs_text():
   %add.5 = f32[64,256]{1,0} add(%x, %y)
 """
     assert collective_bytes(hlo) == {"all-gather": 64 * 256 * 4 + (2 + 16) * 4,
-                                      "all-reduce": 4 + 8 * 4 * 2, "reduce-scatter": 16 * 4}
+                                     "all-reduce": 4 + 8 * 4 * 2, "reduce-scatter": 16 * 4,
+                                     "collective-permute": 0, "all-to-all": 0}
+    # a ring's hop inside a loop of 3 trips, the loop inside the entry: counted 3 times
+    program = """
+%body (param: (s32[], f32[2,16])) -> (s32[], f32[2,16]) {
+  %ppermute.2 = f32[2,16]{1,0} collective-permute(%x), source_target_pairs={{0,1},{1,0}}
+}
+%cond (param.1: (s32[], f32[2,16])) -> pred[] {
+}
+ENTRY %main (param.3: f32[2,16]) -> f32[2,16] {
+  %while.9 = (s32[], f32[2,16]{1,0}) while(%t), condition=%cond, body=%body, LOOP
+  %all-to-all.1 = f32[4]{0} all-to-all(%y), dimensions={0}
+}
+"""
+    found = collective_bytes(program.replace("LOOP", 'backend_config={"known_trip_count":'
+                                                           '{"n":"3"}}'))
+    assert found["collective-permute"] == 3 * 2 * 16 * 4 and found["all-to-all"] == 16
     assert mesh_overrides("fsdp=2,tensor=2") == {"train.mesh.data": -1, "train.mesh.fsdp": 2,
                                                  "train.mesh.sequence": 1,
                                                  "train.mesh.tensor": 2}

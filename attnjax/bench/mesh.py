@@ -9,8 +9,9 @@ for the mesh and compiled; its per-device figures:
   devices the state is split over (1.0: a perfect split);
 - ``argument_bytes``, ``temp_bytes`` and ``peak_bytes``: XLA's memory analysis of the
   per-device program (``bench.memory``);
-- ``all_gather_bytes``, ``reduce_scatter_bytes``, ``all_reduce_bytes``: the bytes the
-  collectives of each kind produce on one device, summed over the program;
+- ``all_gather_bytes``, ``reduce_scatter_bytes``, ``all_reduce_bytes``,
+  ``collective_permute_bytes``, ``all_to_all_bytes``: the bytes the collectives of each kind
+  produce on one device in one training step (``collective_bytes``: loops counted per trip);
 - ``gather_analytic_bytes``: what FSDP gathers at least, ``sum_p bytes(p) / tensor_p`` over
   the parameters split over ``fsdp`` (each gathered once, whole but for its ``tensor`` split);
   the gradients' reduction moves as many bytes again.
@@ -23,6 +24,7 @@ point, not time).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -48,21 +50,51 @@ LLAMA_110M = {"model.d_model": 768, "model.num_layers": 12, "model.attention.num
               "data.length": 256, "train.batch_size": 8}
 # fsdp 1/2/4/8, then tensor 2/4/8, data taking the devices left
 MESHES = ("fsdp=1", "fsdp=2", "fsdp=4", "fsdp=8", "tensor=2", "tensor=4", "tensor=8")
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce")
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
 BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2,
          "s16": 2, "u16": 2, "s8": 1, "u8": 1, "pred": 1}
+_COLLECTIVE = re.compile(r"= (\(.*?\)|\S+) (" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) ")
+_WHILE = re.compile(r"while\(.*body=%([\w.\-]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"")
+_CALLED = re.compile(r"(?:to_apply|calls|body|condition|branch_computations=\{[^}]*|"
+                     r"true_computation|false_computation)=?%([\w.\-]+)")
 
 
 def collective_bytes(hlo: str) -> dict[str, int]:
-    """Per-device bytes each kind of collective produces in a compiled program's text: the
-    sizes of their results (every element of a tuple result)."""
-    totals = dict.fromkeys(COLLECTIVES, 0)
-    pattern = re.compile(r"= (\(.*?\)|\S+) (" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
-    for result, kind in pattern.findall(hlo):
-        for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", result):
-            count = math.prod(int(d) for d in dims.split(",") if d)
-            totals[kind] += count * BYTES.get(dtype, 4)
-    return totals
+    """Per-device bytes each kind of collective produces in one run of a compiled program (its
+    text): the sizes of their results (every element of a tuple result), a collective inside
+    a loop counted once per trip (``known_trip_count``), inside a conditional as if taken."""
+    own: dict[str, dict[str, int]] = {"": dict.fromkeys(COLLECTIVES, 0)}   # "": a fragment
+    calls: dict[str, list[tuple[str, int]]] = {"": []}
+    entry, current = None, ""
+    for line in hlo.splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            current = header.group(1)
+            entry = current if line.startswith("ENTRY") else entry
+            own[current], calls[current] = dict.fromkeys(COLLECTIVES, 0), []
+            continue
+        for result, kind in _COLLECTIVE.findall(line):
+            for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", result):
+                count = math.prod(int(d) for d in dims.split(",") if d)
+                own[current][kind] += count * BYTES.get(dtype, 4)
+        loop = _WHILE.search(line)
+        if loop:
+            calls[current].append((loop.group(1), int(loop.group(2))))
+        else:
+            calls[current] += [(name, 1) for name in _CALLED.findall(line)]
+
+    @functools.cache
+    def total(name: str) -> tuple:
+        sums = dict(own.get(name, dict.fromkeys(COLLECTIVES, 0)))
+        for callee, times in calls.get(name, []):
+            for kind, value in zip(COLLECTIVES, total(callee)):
+                sums[kind] += times * value
+        return tuple(sums[kind] for kind in COLLECTIVES)
+
+    if entry is None:                   # a fragment: its collectives as written
+        return {kind: sum(o[kind] for o in own.values()) for kind in COLLECTIVES}
+    return dict(zip(COLLECTIVES, total(entry)))
 
 
 def _shard_bytes(tree) -> int:
@@ -111,7 +143,7 @@ def mesh_row(config: Config, run_steps: int = 0) -> dict:
            "peak_bytes": (stats.argument_size_in_bytes + stats.output_size_in_bytes
                           - stats.alias_size_in_bytes + stats.temp_size_in_bytes),
            "compile_s": round(compile_s, 1)}
-    row.update({f"{kind.replace('-', '_')}_bytes": value
+    row.update({f"{kind.replace('-', '_')}_bytes": value // runner.steps_per_call
                 for kind, value in collective_bytes(compiled.as_text()).items()})
     row["gather_analytic_bytes"] = _gathered_bytes(abstract, sizes)
     if run_steps:

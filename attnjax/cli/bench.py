@@ -39,6 +39,11 @@ def _mesh(args) -> None:
     run_mesh_benchmark(config, args.meshes or MESHES, run_steps=args.steps or 0, out=args.out)
 
 
+def _context(args) -> None:
+    from attnjax.bench.context import LENGTHS, run_context_benchmark
+    run_context_benchmark(tuple(args.lengths or LENGTHS), out=args.out)
+
+
 def _torch(args) -> None:
     from attnjax.bench.torch_peer import run_torch_benchmark
     if args.python is None:
@@ -83,8 +88,8 @@ def _report(args) -> None:
 
 
 BENCHMARKS = {"attention": _attention, "train": _train, "sweep": _sweep, "memory": _memory,
-              "mesh": _mesh, "torch": _torch, "generate": _generate, "eval": _eval,
-              "startup": _startup, "patch": _patch, "report": _report}
+              "mesh": _mesh, "context": _context, "torch": _torch, "generate": _generate,
+              "eval": _eval, "startup": _startup, "patch": _patch, "report": _report}
 
 
 def _takes_config(args) -> bool:
@@ -115,7 +120,10 @@ def add_bench(commands) -> None:
                         "sweep with each launcher), memory (compiled memory of a config's "
                         "training step, not run), mesh (per-device memory and collective bytes "
                         "of a training step on each of several meshes; a Llama-shaped 110M "
-                        "model by default), torch (training tokens/s and causal attention "
+                        "model by default), context (per-device memory and bytes sent of "
+                        "a training step split along its length by the ring and allgather "
+                        "kernels, against one device, and the causal balance), torch "
+                        "(training tokens/s and causal attention "
                         "against PyTorch with fused SDPA, run by --python), generate (a cached "
                         "decoding step at several cache fills, full forwards without a cache, "
                         "and whole generations), "
@@ -152,6 +160,7 @@ def add_bench(commands) -> None:
                        help="sweep: the launchers to time (default: all of %(choices)s)")
     bench.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
                        help="attention: sequence lengths to measure (default: 1024 4096); "
+                       "context: sequence lengths (default: 4096 to 65536); "
                        "generate: tokens n of the full forwards (default: 128 256 512 1024), "
                        "or with a seq2seq config the source lengths (default: 64 256 1024)")
     bench.add_argument("--fills", type=int, nargs="+", default=[16, 64, 256, 1024],
