@@ -75,10 +75,12 @@ def check(config: Config, devices: int) -> None:
     # the context-parallel kernels lay a causal sequence out in 2 chunks per device (zig-zag)
     chunks = sizes["sequence"] * (2 if model.attention.kernel in context.KERNEL_NAMES
                                   and model.causal and model.window is None else 1)
-    if config.data.length % chunks:
-        raise ValueError(f"train.mesh.sequence={sizes['sequence']} splits data.length="
-                         f"{config.data.length} into {chunks} equal chunks "
-                         f"(model.attention.kernel={model.attention.kernel!r}): it must divide")
+    for name, length in zip(("data.length", *("data.eval_lengths",) * len(
+            config.data.eval_lengths)), config.data.lengths):
+        if length % chunks:
+            raise ValueError(f"train.mesh.sequence={sizes['sequence']} splits {name}="
+                             f"{length} into {chunks} equal chunks (model.attention.kernel="
+                             f"{model.attention.kernel!r}): it must divide")
     check_model(model, sizes)
 
 

@@ -263,10 +263,12 @@ def relative(a, b):
     norm = sum(float((np.asarray(y) ** 2).sum()) for y in jax.tree_util.tree_leaves(b))
     return (diff / norm) ** .5
 
+trained = {}
 for family, (base, meshes) in FAMILIES.items():
     one, s1 = losses(base, jax.devices()[:1])
     for mesh in meshes:
         many, s8 = losses(base, jax.devices(), **mesh)
+        trained[family] = (s1, s8, mesh)
         worst = float(np.abs(many / one - 1).max())
         assert worst < 1e-5, (family, mesh, worst)
         assert relative(s8.params, s1.params) < 1e-5, (family, mesh)
@@ -274,9 +276,25 @@ for family, (base, meshes) in FAMILIES.items():
         print("EXACT", family, json.dumps(mesh), f"{worst:.1e}",
               f"{relative(s8.params, s1.params):.1e}")
 
+# evaluation is laid out as training: the ring's run evaluated at L and 4L split along the
+# length (params placed on its mesh) equals one device's evaluation of the same parameters
+from attnjax import sharding
+from attnjax.data import load_dataset
+from attnjax.train.loop import evaluate
+s1, s8, mesh = trained["decoder-ring"]
+ring = config_of(FAMILIES["decoder-ring"][0], mesh)
+split = sharding.place_parameters(ring, s8.params, sharding.make_mesh(ring.train.mesh,
+                                                                      jax.devices()))
+alone = config_of(FAMILIES["decoder-ring"][0], {})
+dataset = load_dataset(ring.data)
+ours, reference = evaluate(ring, split, dataset), evaluate(alone, s8.params, dataset)
+assert sorted(ours) == [16, 64], ours
+for length in ours:
+    np.testing.assert_allclose(ours[length]["loss"], reference[length]["loss"], rtol=1e-5)
+print("EVALUATED", {k: round(v["loss"], 4) for k, v in ours.items()})
+
 # decoding on a mesh: parameters split over fsdp=2 x tensor=4, the KV cache by heads; greedy
 # tokens and beams (tokens and scores) as one device's
-from attnjax import sharding
 from attnjax.beam import beam_generate
 from attnjax.generate import generate
 from attnjax.train.state import init_params
@@ -353,8 +371,8 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
         "decoder-accumulated": ({**decoder, "train.grad_accum": 2, "train.entropy_reg": 0.01},
                                 [EVERY_AXIS]),
         # context parallelism: the ring (zig-zag under the causal mask) and all-gather kernels
-        "decoder-ring": ({**decoder, "model.attention.kernel": "ring"},
-                         [{"data": 2, "sequence": 4}]),
+        "decoder-ring": ({**decoder, "model.attention.kernel": "ring", "model.max_length": 64,
+                          "data.eval_lengths": [64]}, [{"data": 2, "sequence": 4}]),
         "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8,
                      "model.attention.kernel": "allgather"}, [SPLIT_RUN]),
         "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
@@ -366,7 +384,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
     assert result.stdout.count("EXACT") == 9 and result.stdout.count("RESUMED") == 2
-    assert "ALL OK" in result.stdout and "BENCH" in result.stdout and "DECODED" in result.stdout
+    assert all(word in result.stdout for word in ("ALL OK", "BENCH", "DECODED", "EVALUATED"))
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
     checkpoints = Checkpoints(tmp_path / "run" / "ckpt", read_only=True)

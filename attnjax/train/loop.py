@@ -25,8 +25,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
 
-from attnjax import distributed
+from attnjax import distributed, sharding
 from attnjax.config import Config
 from attnjax.data import Dataset, load_dataset
 from attnjax.models import family
@@ -117,8 +118,9 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
     config = configs[0]
     lengths = lengths or (config.data.length,) + tuple(config.data.eval_lengths)
     structure = hyper.structure(config.evaluated())
-    step = (compiled_eval_step(structure, group, train_mode) if strided is None
-            else _compiled_strided_step(structure, group, train_mode, strided))
+    mesh = _split_over(structure, params)
+    step = (compiled_eval_step(structure, group, train_mode, mesh) if strided is None
+            else _compiled_strided_step(structure, group, train_mode, strided, mesh))
     values = hyper.as_arrays(configs, stacked=bool(group))
     results = [{} for _ in configs]
     ratios = family(config.model).ratios
@@ -136,9 +138,21 @@ def _evaluate_group(configs: list[Config], params, dataset: Dataset, lengths, gr
     return results
 
 
-def _with_values(make_fn, structure: Config, group):
+def _split_over(structure: Config, params):
+    """The mesh a run's ``params`` are split over when its mesh splits it (``train.mesh``:
+    fsdp, sequence or tensor), so its evaluations are laid out as its training is (a long
+    evaluation split along its length); ``None`` otherwise."""
+    placed = getattr(jax.tree_util.tree_leaves(params)[0], "sharding", None)
+    if not structure.train.mesh.splits_a_run() or not isinstance(placed, NamedSharding):
+        return None
+    return placed.mesh
+
+
+def _with_values(make_fn, structure: Config, group, mesh=None):
     """``make_fn(config)`` as a jitted ``fn(values, *args)`` over the structure, vmapped over
-    runs (every argument's leading axis) when ``group``."""
+    runs (every argument's leading axis) when ``group``, traced in the structure's layout on
+    ``mesh`` when given."""
+    @sharding.traced_on(structure, mesh)
     def fn(values, *args):
         return make_fn(hyper.inject(structure, values))(*args)
     return jax.jit(jax.vmap(fn) if group else fn)
@@ -155,20 +169,21 @@ def _over_chunks(eval_step):
 
 
 @functools.lru_cache(maxsize=16)
-def compiled_eval_step(structure: Config, group, train_mode: bool):
-    """One jitted evaluation (``_over_chunks`` of ``make_eval_step``) per structure, so
-    evaluations do not recompile (one executable per length)."""
+def compiled_eval_step(structure: Config, group, train_mode: bool, mesh=None):
+    """One jitted evaluation (``_over_chunks`` of ``make_eval_step``) per structure (and
+    mesh, ``_split_over``), so evaluations do not recompile (one executable per length)."""
     return _with_values(lambda config: _over_chunks(make_eval_step(config, train_mode)),
-                        structure, group)
+                        structure, group, mesh)
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_strided_step(structure: Config, group, train_mode: bool, strided: tuple):
+def _compiled_strided_step(structure: Config, group, train_mode: bool, strided: tuple,
+                           mesh=None):
     """``compiled_eval_step`` over windows: ``strided`` = ``(window, stride, score_last)``
     of ``make_strided_eval_step``."""
     make = lambda config: _over_chunks(make_strided_eval_step(config, *strided,
                                                               train_mode=train_mode))
-    return _with_values(make, structure, group)
+    return _with_values(make, structure, group, mesh)
 
 
 DIAGNOSTIC_EXAMPLES = 4
@@ -181,14 +196,15 @@ def _diagnose(configs: list[Config], params, dataset: Dataset, step: int, group)
                              "train", group)
     first = (slice(None),) * bool(group) + (slice(0, DIAGNOSTIC_EXAMPLES),)   # the batch axis
     batch = jax.tree_util.tree_map(lambda x: x[first], batch)
-    fn = _compiled_diagnostics(hyper.structure(config), group)
+    structure = hyper.structure(config)
+    fn = _compiled_diagnostics(structure, group, _split_over(structure, params))
     out = jax.device_get(fn(hyper.as_arrays(configs, stacked=bool(group)), params, batch))
     return [{k: float(np.atleast_1d(v)[r]) for k, v in out.items()} for r in range(len(configs))]
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_diagnostics(structure: Config, group):
-    return _with_values(make_diagnostics, structure, group)
+def _compiled_diagnostics(structure: Config, group, mesh=None):
+    return _with_values(make_diagnostics, structure, group, mesh)
 
 
 class _StopFlag:
