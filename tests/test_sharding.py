@@ -362,17 +362,18 @@ SPLIT_RUN = {"data": 1, "fsdp": 2, "sequence": 2, "tensor": 2}
 
 
 def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
+    # the decoder accumulates two micro-batches and regularises its attention's entropy (every
+    # layer's weights) on every mesh
     decoder = {**TINY_INDUCTION, **SEPARATE, "model.attention.num_heads": 8,
-               "model.d_model": 32, "train.batch_size": 8}
+               "model.d_model": 32, "train.batch_size": 16, "train.grad_accum": 2,
+               "train.entropy_reg": 0.01}
     families = {
         "decoder": (decoder, [{"data": 8}, {"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8},
-                              EVERY_AXIS, {"data": 2, "sequence": 4}]),
-        # two micro-batches and an attention regulariser (every layer's weights) on the mesh
-        "decoder-accumulated": ({**decoder, "train.grad_accum": 2, "train.entropy_reg": 0.01},
-                                [EVERY_AXIS]),
+                              EVERY_AXIS]),
         # context parallelism: the ring (zig-zag under the causal mask) and all-gather kernels
-        "decoder-ring": ({**decoder, "model.attention.kernel": "ring", "model.max_length": 64,
-                          "data.eval_lengths": [64]}, [{"data": 2, "sequence": 4}]),
+        "decoder-ring": ({**decoder, "train.entropy_reg": 0.0, "model.attention.kernel": "ring",
+                          "model.max_length": 64, "data.eval_lengths": [64]},
+                         [{"data": 2, "sequence": 4}]),
         "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8,
                      "model.attention.kernel": "allgather"}, [SPLIT_RUN]),
         "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
@@ -383,7 +384,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 9 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 7 and result.stdout.count("RESUMED") == 2
     assert all(word in result.stdout for word in ("ALL OK", "BENCH", "DECODED", "EVALUATED"))
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
