@@ -115,14 +115,15 @@ def test_every_norm_of_the_model_uses_norm_eps(kind):
     config = tiny("rope", model=dict(norm=kind, norm_eps=eps))
     tokens = tokens_of(T_FULL)
     params = init_params(config, tokens)
-    wanted = {"embed", "attention_norm", "mlp_norm", "final_norm"}
+    wanted = {"attention_norm", "mlp_norm", "final_norm"}
     _, state = DecoderLM(config).apply(
         {"params": params}, tokens, mutable=["intermediates"],
         capture_intermediates=lambda module, method: (module.name in wanted
                                                       and method == "__call__"))
     seen = jax.tree.map(lambda a: np.asarray(a, np.float64), state["intermediates"])
     pairs = []
-    x = seen["embed"]["__call__"][0]                     # rope: tokens x 1, nothing added
+    # rope: the token embeddings x 1, nothing added
+    x = np.asarray(params["embed"]["embedding"], np.float64)[np.asarray(tokens)]
     for i in range(LAYERS):
         block = seen[f"block_{i}"]
         pairs.append((x, block["attention_norm"]["__call__"][0]))

@@ -111,27 +111,27 @@ def _bench(args) -> int:
     return 0
 
 
+DESCRIPTION = (
+    "Benchmark one of: attention (compiled memory and time of each kernel's gradient), train "
+    "(tokens/s and model-FLOPs utilisation), sweep (wall time of one sweep with each "
+    "launcher), memory (compiled memory of a config's training step, not run), mesh "
+    "(per-device memory and collective bytes of a training step on each of several meshes; a "
+    "Llama-shaped 110M model by default), context (per-device memory and bytes sent of a "
+    "training step split along its length by the ring and allgather kernels, against one "
+    "device, and the causal balance), torch (training tokens/s and causal attention against "
+    "PyTorch with fused SDPA, run by --python), generate (a cached decoding step at several "
+    "cache fills, full forwards without a cache, and whole generations), eval (forward "
+    "tokens/s of an evaluation against tokens per pass), startup (the phases of one run "
+    "trained twice in new processes sharing a compilation cache), patch (capturing named "
+    "points against nothing, and 64 interventions batched against a loop) or report "
+    "(docs/PERFORMANCE.md from benchmarks/results/*.json).")
+
+
 def add_bench(commands) -> None:
     bench = add_command(commands, "bench", "benchmark attention kernels (memory, time), training "
                         "throughput (tokens/s, MFU), vmap vs sequential sweeps, training-step "
-                        "memory or generation with and without the KV cache", "Benchmark one "
-                        "of: attention (compiled memory and time of each kernel's gradient), "
-                        "train (tokens/s and model-FLOPs utilisation), sweep (wall time of one "
-                        "sweep with each launcher), memory (compiled memory of a config's "
-                        "training step, not run), mesh (per-device memory and collective bytes "
-                        "of a training step on each of several meshes; a Llama-shaped 110M "
-                        "model by default), context (per-device memory and bytes sent of "
-                        "a training step split along its length by the ring and allgather "
-                        "kernels, against one device, and the causal balance), torch "
-                        "(training tokens/s and causal attention "
-                        "against PyTorch with fused SDPA, run by --python), generate (a cached "
-                        "decoding step at several cache fills, full forwards without a cache, "
-                        "and whole generations), "
-                        "eval (forward tokens/s of an evaluation against tokens per pass), "
-                        "startup (the phases of one run trained twice in new processes sharing "
-                        "a compilation cache), patch (capturing named points against nothing, "
-                        "and 64 interventions batched against a loop) or report "
-                        "(docs/PERFORMANCE.md from benchmarks/results/*.json).")
+                        "memory or generation with and without the KV cache",
+                        DESCRIPTION)
     bench.add_argument("what", choices=list(BENCHMARKS), metavar="WHAT",
                        help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
