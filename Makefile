@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test check lint demo info bench minilm smollm clean
+.PHONY: install test check lint demo info bench device-check minilm smollm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ minilm: $(STAMP)
 smollm: $(STAMP)
 	$(BIN)/python scripts/get_smollm.py --cache .cache --workdir runs/smollm
 
+# what an accelerator adds (kernel parity with cudnn, bf16 MFU, decoding, batched patching);
+# on a CPU the same script at a small size
+device-check: $(STAMP)
+	$(BIN)/python scripts/device_check.py --out benchmarks/results/device-check.json
+
 info: $(STAMP)
 	$(BIN)/attnjax info
 
@@ -52,6 +57,8 @@ bench: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/attnjax bench mesh \
 		model.d_model=1024 model.num_layers=26 data.length=128 model.max_length=128 \
 		model.remat=true --meshes fsdp=8 --steps 2 --out benchmarks/results/mesh-large.json
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/attnjax bench context \
+		--out benchmarks/results/context.json
 	$(BIN)/attnjax bench generate --out benchmarks/results/generate.json
 	$(BIN)/attnjax bench generate experiments/seq2seq.py model.d_model=128 \
 		--out benchmarks/results/translate.json

@@ -89,6 +89,18 @@ SECTIONS = {
               ("peak MB", "peak_mb"), ("gathered MB", "all_gather_mb"),
               ("gather analytic MB", "gather_analytic_mb"), ("reduced MB", "reduced_mb"),
               ("s per dispatch", "dispatch_s")]),
+    "context": ("Context parallelism", "Per-device megabytes of a training step (width 256, 2 "
+                "layers, batch 1) split along its length over 8 CPU devices by the `ring` and "
+                "`allgather` kernels, against the `chunked` kernel holding the whole sequence "
+                "on one device, read from the compiled programs; `sent`: what one step's "
+                "collectives produce on a device (loops counted per trip), `analytic`: "
+                "`ops.context.traffic` for the attention layers, forward and backward "
+                "(`attnjax bench context`, `context.json`).",
+                [("length", "length"), ("chunked, 1 device, MB", "chunked_mb"),
+                 ("ring MB", "ring_mb"), ("ring sent MB", "ring_sent_mb"),
+                 ("ring analytic MB", "ring_analytic_mb"), ("allgather MB", "allgather_mb"),
+                 ("allgather sent MB", "allgather_sent_mb"),
+                 ("allgather analytic MB", "allgather_analytic_mb")]),
     "eval": ("Evaluation passes", "Forward tokens per second of the evaluation program against "
              "the tokens each forward pass holds, over the same validation sequences; `chosen`: "
              "the size `train.loop.eval_chunk_rows` picks for the config's evaluation batch "
@@ -135,6 +147,13 @@ def _rows(name: str, result: dict) -> list[dict]:
                  "gather_analytic_mb": megabytes(r["gather_analytic_bytes"]),
                  "reduced_mb": megabytes(r["reduce_scatter_bytes"] + r["all_reduce_bytes"])}
                 for r in rows]
+    if name == "context":
+        megabytes = lambda value: round(value / 2**20, 1)
+        rows = [{"length": r["length"], "chunked_mb": megabytes(r["chunked_peak_bytes"]),
+                 **{f"{k}{suffix}_mb": megabytes(r[f"{k}_{key}_bytes"])
+                    for k in ("ring", "allgather")
+                    for suffix, key in (("", "peak"), ("_sent", "sent"),
+                                        ("_analytic", "analytic"))}} for r in rows]
     if name == "startup":
         rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
                  "new_cache_entries": r["new_cache_entries"]} for r in rows]
