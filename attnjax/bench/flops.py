@@ -7,21 +7,22 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 
 from attnjax.registry import POSITIONS
 from attnjax.train.state import init_params
 
 
 def matmul_peak_flops(sizes=(512, 1024, 2048), repeats: int = 20,
-                      budget_s: float = 0.5) -> float:
-    """Best float32 FLOP/s of square matmuls on this backend (the MFU denominator): the
+                      budget_s: float = 0.5, dtype=jnp.float32) -> float:
+    """Best FLOP/s of square ``dtype`` matmuls on this backend (the MFU denominator): the
     fastest call at each size, best size kept; each size is called ``repeats`` times or, once
     three calls are done, until ``budget_s`` seconds are spent on it (a slow backend's big
     matmuls need no twenty tries to show their rate)."""
     dot = jax.jit(lambda a, b: a @ b)
     peak = 0.0
     for n in sizes:
-        a = jax.random.normal(jax.random.key(0), (n, n))
+        a = jax.random.normal(jax.random.key(0), (n, n), dtype)
         jax.block_until_ready(dot(a, a))
         began = time.perf_counter()
         for call in range(repeats):
