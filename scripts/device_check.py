@@ -1,4 +1,4 @@
-"""``make device-check``: what an accelerator adds, checked in one script (about 5 minutes on
+"""``make device-check``: what an accelerator adds, checked in one script (sized for 5 minutes on
 one GPU), printed and written as JSON.
 
 1. Parity: every exact kernel that runs on the device (cudnn included on a GPU) against the
