@@ -158,19 +158,24 @@ def check_beams(beams: int, alpha: float, config=None, *, num_tokens: int = 1,
 
 
 def beam_generate(config, params, prompts, num_tokens: int, *, beams: int,
-                  alpha: float = 0.6, mesh=None) -> Hypotheses:
-    """The ``beams`` most likely continuations of ``num_tokens`` tokens of each prompt
-    (``prompts`` ``[B, P]``) of a decoding family (no EOS: every hypothesis has
-    ``num_tokens`` tokens); ``mesh``: as ``generate``'s."""
+                  alpha: float = 0.6, mesh=None, eos: int | None = None) -> Hypotheses:
+    """The ``beams`` most likely continuations of at most ``num_tokens`` tokens of each
+    prompt (``prompts`` ``[B, P]``) of a decoding family; ``eos``: the token that ends a
+    hypothesis (e.g. a chat model's end of turn; None: every hypothesis has ``num_tokens``
+    tokens); ``mesh``: as ``generate``'s."""
     prompts = check_sampling(config, prompts, num_tokens, 0.0, None, 0)
     check_beams(beams, alpha, config, num_tokens=num_tokens, sources=prompts.shape[0],
                 prompt=prompts.shape[1], params=params)
-    program = _generation_program(config, num_tokens, beams, float(alpha), mesh)
+    if eos is not None and not 0 <= eos < config.model.vocab_size:
+        raise ValueError(f"eos must be a token id in [0, {config.model.vocab_size}), got {eos}")
+    program = _generation_program(config, num_tokens, beams, float(alpha), mesh,
+                                  None if eos is None else int(eos))
     return Hypotheses(*map(np.asarray, program(params, jnp.asarray(prompts, jnp.int32))))
 
 
 @functools.lru_cache(maxsize=16)
-def _generation_program(config, num_tokens: int, beams: int, alpha: float, mesh):
+def _generation_program(config, num_tokens: int, beams: int, alpha: float, mesh,
+                        eos: int | None = None):
     step = decode_step(config)
 
     @sharding.traced_on(config, mesh)
@@ -178,7 +183,7 @@ def _generation_program(config, num_tokens: int, beams: int, alpha: float, mesh)
         rows = jnp.repeat(prompts, beams, axis=0)
         cache, logits = step(params, empty_cache(config, rows.shape[0]), rows)
         return beam_search(lambda c, tokens: step(params, c, tokens), cache, logits[:, -1],
-                           beams=beams, num_tokens=num_tokens, eos=None, pad=0, alpha=alpha)
+                           beams=beams, num_tokens=num_tokens, eos=eos, pad=0, alpha=alpha)
 
     return jax.jit(run)
 

@@ -1,9 +1,9 @@
 """Write the tiny Llama GGUF fixtures (``tests/data/gguf/llama-<type>.gguf``) from the tiny
 Hugging Face Llama fixture (``tests/data/hf/llama``), as llama.cpp's converter writes a Llama
 checkpoint: its tensor names, the query and key rows permuted for its rotary layout, the
-hyperparameters and the byte-level BPE tokenizer in the metadata, and the weights in F32, F16,
-Q8_0 or Q4_1 (a tensor whose rows are not whole quantisation blocks, and every 1-D tensor,
-stays F32, as llama.cpp leaves them).
+hyperparameters, the byte-level BPE tokenizer and a chat template in the metadata, and the
+weights in F32, F16, Q8_0 or Q4_1 (a tensor whose rows are not whole quantisation blocks, and
+every 1-D tensor, stays F32, as llama.cpp leaves them).
 
     python scripts/make_gguf_fixtures.py [--out tests/data/gguf]
 """
@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "tests" / "data" / "hf" / "llama"
 TYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
          "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_1": gguf.GGMLQuantizationType.Q4_1}
+# a ChatML template, as an instruction-tuned model's tokenizer_config.json gives the converter
+CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+                 "message['content'] + '<|im_end|>\n' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
          "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
@@ -73,6 +77,7 @@ def write(out: Path, kind: str) -> None:
     writer.add_bos_token_id(hf["bos_token_id"])
     writer.add_eos_token_id(hf["eos_token_id"])
     writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
     for name, weight in sorted(load_file(SOURCE / "model.safetensors").items()):
         weight = weight.astype(np.float32)
         if name.endswith("q_proj.weight"):

@@ -14,7 +14,7 @@ import pytest
 from attnjax.bench.attention import run_attention_benchmark
 from attnjax.bench.flops import model_flops_per_token, run_flops
 from attnjax.bench.generate import run_generate_benchmark
-from attnjax.bench.memory import train_step_memory
+from attnjax.bench.memory import decode_step_memory, train_step_memory
 from attnjax.bench.patch import run_patch_benchmark
 from attnjax.bench.startup import run_startup_benchmark
 from attnjax.bench.translate import run_translation_benchmark
@@ -91,6 +91,21 @@ def test_unoptimised_machine_code_leaves_every_buffer_as_it_is(memory):
     quick, row = memory_of(buffers_only=True), memory["base"]
     assert {k: v for k, v in quick.items() if k != "code_bytes"} == \
         {k: v for k, v in row.items() if k != "code_bytes"}
+
+
+def test_a_decoding_step_holds_its_cache_by_hand_and_donates_it():
+    """``decode_step_memory``: the cache is 2 (key, value) x layers x batch x heads x slots x
+    head_dim in the compute dtype; it is donated (the updated cache reuses its buffers), and
+    bfloat16 parameters are half the float32 ones' bytes."""
+    config = tiny_config(TINY_INDUCTION, **{"model.dtype": "bfloat16", "data.length": 64,
+                                            "model.max_length": 256})
+    row = decode_step_memory(config, 4, param_dtype="bfloat16")
+    keys_values = 2 * 1 * 4 * 2 * 256 * 8 * 2
+    assert 0 <= row["cache_bytes"] - keys_values <= 16                  # + int32 counters
+    assert row["alias_bytes"] >= keys_values
+    assert 2 * row["parameter_bytes"] == 14016          # float32: as in the training step's
+    assert row["peak_bytes"] == (row["argument_bytes"] + row["output_bytes"]
+                                 - row["alias_bytes"] + row["temp_bytes"])
 
 
 def test_memory_command_prints_and_writes_the_row(tmp_path, capsys):

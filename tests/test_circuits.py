@@ -124,6 +124,12 @@ def test_a_path_share_is_its_two_steps_run_one_at_a_time(pairs):
     np.testing.assert_allclose(shares[1, 0, 1], share(metric, clean_logits, corrupt_logits,
                                                       final),
                                rtol=0, atol=tolerance(metric, clean_logits, corrupt_logits))
+    # among chosen heads only (--paths): the same shares, of those senders and receivers
+    chosen, senders, receivers = path_patching(CONFIG, params, clean, corrupt, metric,
+                                               heads=[(1, 0), (0, 1)])
+    assert senders == [(0, 1)] and receivers == [(1, 0)]
+    np.testing.assert_allclose(chosen[0, 0], shares[1, 0], rtol=0,
+                               atol=tolerance(metric, clean_logits, corrupt_logits))
 
 
 def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_path, capsys):
@@ -134,9 +140,9 @@ def test_the_patch_command_writes_its_report_and_refuses_bad_pairs(pairs, tmp_pa
     checkpoints.save_params(0, params, to_dict(CONFIG))
     checkpoints.close()
     code, out, err = run_cli(capsys, "patch", str(run_dir.path), "--out", str(tmp_path / "p"),
-                             "--examples", "4", "--by-position")
+                             "--examples", "4", "--by-position", "--paths", "3")
     assert code == 0, err
-    assert "| L1.H1 |" in out and "Largest paths" in out
+    assert "| L1.H1 |" in out and "Largest paths among the 3 heads that recover the most" in out
     for picture in ("heads.png", "heads_noising.png", "heads_by_position.png", "positions.png",
                     "path.png"):
         assert (tmp_path / "p" / picture).stat().st_size > 5_000

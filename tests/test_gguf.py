@@ -14,9 +14,12 @@ import pytest
 from flax.traverse_util import flatten_dict
 from tokenizers import Tokenizer
 
+from attnjax.data.chat import read_chat, render_chat
 from attnjax.data.tokenizer import TextTokenizer
+from attnjax.generate import sample
 from attnjax.pretrained import load_pretrained
 from attnjax.pretrained.gguf import GGUFModel
+from attnjax.pretrained.run import import_run
 from attnjax.rundir import RunDir
 from helpers import REPO, run_cli
 
@@ -81,6 +84,30 @@ def test_attnjax_import_of_a_gguf_file_writes_a_run_with_its_tokenizer(tmp_path,
     code, out, err = run_cli(capsys, "generate", str(run.path), "--prompt", "The dog",
                              "--tokens", "3", "--temperature", "0")
     assert code == 0 and out.startswith("The dog"), err
+
+
+def test_the_chat_template_is_kept_and_generate_chat_replies_under_it(tmp_path, capsys):
+    """The file's ``tokenizer.chat_template`` (and its EOS token) travels into the run;
+    ``generate --chat`` sends the prompt as the user's turn of it and prints the reply
+    alone, greedy or with beams ending at EOS."""
+    source = GGUFModel(GGUF / "llama-q8_0.gguf")
+    import_run(source.path, tmp_path / "run")
+    run, chat = RunDir(tmp_path / "run"), read_chat(tmp_path / "run")
+    assert chat["chat_template"] == source.field("tokenizer.chat_template")
+    assert chat["eos_token"] == source.field("tokenizer.ggml.tokens")[
+        source.field("tokenizer.ggml.eos_token_id")]
+    text = render_chat(chat, [{"role": "user", "content": "The dog"}])
+    assert text == "<|im_start|>user\nThe dog<|im_end|>\n<|im_start|>assistant\n"
+    config, params, _ = run.params()
+    tokenizer = TextTokenizer(run.path / "tokenizer.json")
+    reply = sample(config, params, tokenizer.encode(text, special=False).tolist(), 3,
+                   temperature=0.0)
+    code, out, err = run_cli(capsys, "generate", str(run.path), "--chat", "--prompt",
+                             "The dog", "--tokens", "3", "--temperature", "0")
+    assert code == 0 and out.rstrip("\n") == tokenizer.decode(reply), err
+    code, out, err = run_cli(capsys, "generate", str(run.path), "--chat", "--prompt",
+                             "The dog", "--tokens", "3", "--beams", "2")
+    assert code == 0 and len(out.splitlines()) == 2, err
 
 
 @pytest.mark.parametrize("damage, fragment", [

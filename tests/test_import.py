@@ -24,6 +24,7 @@ from attnjax.analysis.heatmaps import token_labels, write_attention_report
 from attnjax.analysis.occlusion import embedding_occlusion
 from attnjax.config import apply_overrides
 from attnjax.data import Dataset
+from attnjax.data.chat import read_chat, render_chat
 from attnjax.data.encoder import mlm_specials
 from attnjax.data.text import TextCorpus
 from attnjax.data.tokenizer import TextTokenizer
@@ -171,6 +172,31 @@ def test_what_cannot_be_imported_is_refused_before_anything_is_written(imported,
                     "tokenizer.json has 165 ids but the model's vocabulary (model.vocab_size) "
                     "is 160")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "headless"]
+
+
+def test_a_directorys_chat_template_is_kept_and_a_run_without_one_refuses_chat(imported,
+                                                                            tmp_path, capsys):
+    """A Hugging Face directory's ``tokenizer_config.json`` chat template and special tokens
+    (as transformers writes them, a token as ``{"content": ...}``) travel into the run, its
+    file's digest recorded; a template that raises is one line, and so is ``generate --chat``
+    on a run that keeps none, before anything is loaded."""
+    source = tmp_path / "chat"
+    shutil.copytree(FIXTURES / "llama", source)
+    template = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}"
+                "{% endif %}{% for m in messages %}{{ bos_token + m['content'] + eos_token }}"
+                "{% endfor %}")
+    (source / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": template, "bos_token": "<s>", "eos_token": {"content": "</s>"}}))
+    import_run(source, tmp_path / "run")
+    chat = read_chat(tmp_path / "run")
+    assert chat == {"chat_template": template, "bos_token": "<s>", "eos_token": "</s>"}
+    assert "tokenizer_config.json" in RunDir(tmp_path / "run").imported()["files"]
+    assert render_chat(chat, [{"role": "user", "content": "hi"}]) == "<s>hi</s>"
+    raises_one_line(lambda: render_chat(chat, [{"role": "system", "content": "x"}]),
+                    "the run's chat template fails: user first")
+    code, out, err = run_cli(capsys, "generate", str(imported["gpt2"].path), "--chat",
+                             "--prompt", "hi")
+    assert code == 2 and err.count("\n") == 1 and "keeps no chat template" in err, err
 
 
 def test_a_bert_model_without_a_head_is_analysed_and_fine_tuned_with_a_new_one(imported,

@@ -116,21 +116,24 @@ def position_patching(config: Config, params, source: dict, target: dict,
     return _shares(metric, source_logits, target_logits, logits).reshape(L, T)
 
 
-def path_patching(config: Config, params, source: dict, target: dict,
-                  metric) -> tuple[np.ndarray, list, list]:
+def path_patching(config: Config, params, source: dict, target: dict, metric,
+                  heads=None) -> tuple[np.ndarray, list, list]:
     """``(shares [senders, receivers, 3], senders, receivers)``: senders and receivers are
     ``(layer, head)``, every head of a layer below the last a sender, every head of a layer
-    above the first a receiver; the share is 0 where the receiver is not above the sender.
-    A one-layer model has no paths (no senders, no receivers)."""
+    above the first a receiver (of ``heads`` only, when given: a list of ``(layer, head)``,
+    in layer order); the share is 0 where the receiver is not above the sender. A one-layer
+    model has no paths (no senders, no receivers)."""
     L, N = config.model.num_layers, config.model.attention.num_heads
-    if L < 2:
-        return np.zeros((0, 0, len(INPUTS))), [], []
+    chosen = sorted(heads) if heads is not None else [(l, h) for l in range(L)
+                                                      for h in range(N)]
+    senders = [(l, h) for l, h in chosen if l < L - 1]
+    receivers = [(l, h) for l, h in chosen if l > 0]
+    if not senders or not receivers:
+        return np.zeros((len(senders), len(receivers), len(INPUTS))), senders, receivers
     z = [_z(layer) for layer in range(L)]
     inputs = [f"block_{layer}.attention.{x}" for layer in range(1, L) for x in INPUTS]
     source_logits, source_z = run(config, params, source, capture=z)
     target_logits, target_z = run(config, params, target, capture=z + inputs)
-    senders = [(l, h) for l in range(L - 1) for h in range(N)]
-    receivers = [(l, h) for l in range(1, L) for h in range(N)]
     # 1: each sender's source output, every other head frozen at its target one
     frozen = [{name: patch(jnp.where(heads_where(name, [h] if l == layer else [], N),
                                      source_z[name], target_z[name]))
@@ -221,15 +224,19 @@ def check_patching(config: Config, rows: int, length: int, by_position: bool,
 def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
                        corrupt: str | None = None, metric: str | None = None,
                        examples: int = 16, which: str = "best",
-                       by_position: bool = False) -> str:
+                       by_position: bool = False, paths: int | None = None) -> str:
     """Head patching both ways (``heads.png``: recovered by each head's clean output;
     ``heads_noising.png``: lost by its corrupted output), position and path patching
     (``positions.png``, ``path.png``) and ``patching.md`` of a run's checkpoint, on
     ``--clean``/``--corrupt`` texts with a ``logit_diff`` metric or an induction run's own pairs
     (``induction_pairs``) with ``target_logprob``; ``by_position`` adds each head at each
-    position (``heads_by_position.png``). Returns the Markdown."""
-    run = RunDir(run_dir)
-    config = run.config()
+    position (``heads_by_position.png``); ``paths``: path patching among the ``paths`` heads
+    whose clean output recovers the most (None: every pair of heads; 0: none, for a model
+    whose pairs are too many to run). Returns the Markdown."""
+    if paths is not None and paths < 0:
+        raise ValueError(f"paths (--paths) must be >= 0, got {paths}")
+    run_directory = RunDir(run_dir)
+    config = run_directory.config()
     if clean is not None or corrupt is not None:
         if clean is None or corrupt is None or metric is None:
             raise ValueError("give --clean, --corrupt and --metric together")
@@ -242,12 +249,17 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
         measure = target_logprob(clean_batch)
         described = (f"{examples} induction examples, the first occurrence of the block "
                      "changed; metric: the mean log-probability of the scored targets")
-    _, params, step = run.params(which)
+    _, params, step = run_directory.params(which)
     recovered = head_patching(config, params, clean_batch, corrupt_batch, measure)
     lost = head_patching(config, params, corrupt_batch, clean_batch, measure)
     positions = position_patching(config, params, clean_batch, corrupt_batch, measure)
+    top = None
+    if paths is not None:                       # the heads recovering most, largest first
+        order = np.argsort(-recovered.ravel(), kind="stable")[:paths]
+        top = [tuple(int(i) for i in np.unravel_index(k, recovered.shape)) for k in order]
     paths, senders, receivers = path_patching(config, params, clean_batch, corrupt_batch,
-                                              measure)
+                                              measure, top)
+    among = "" if top is None else f" among the {len(top)} heads that recover the most"
     out = Path(out_dir)
     output_directory(out, "--out")
     name = f"{Path(run_dir).name} step {step}"
@@ -273,22 +285,28 @@ def write_patch_report(run_dir, out_dir, *, clean: str | None = None,
                          f"{name}: share recovered by each head's clean output at one position",
                          rows=[head_label(lh) for lh in heads],
                          axes=("position (example 0's tokens)", "head"), **by_token)
-    if senders:
+    if senders and receivers:
         columns = [f"{head_label(r)} {x}" for r in receivers for x in INPUTS]
         plot_head_matrix(paths.reshape(len(senders), -1), out / "path.png",
-                         f"{name}: path patching, sender head -> receiver's q, k, v",
+                         f"{name}: path patching{among}, sender head -> receiver's q, k, v",
                          diverging=True, label="recovered share", fmt="{:.2f}",
                          rows=[head_label(s) for s in senders], columns=columns,
                          axes=("receiver input", "sender head"))
     else:                                   # an earlier report's would be read as this one's
         (out / "path.png").unlink(missing_ok=True)
+    values = [float(measure(run(config, params, batch)[0]))
+              for batch in (clean_batch, corrupt_batch)]
     lines = [f"# Patching: {name}", "", f"On {described}.", "",
+             f"The metric: {values[0]:+.4f} on the clean input, {values[1]:+.4f} on the "
+             "corrupted one (a share of 1 moves it the whole way between them).", "",
              "| head | recovered by its clean output | lost by its corrupted output |",
              "|---|---|---|"]
     lines += [f"| {head_label(lh)} | {recovered[lh]:+.3f} | {lost[lh]:+.3f} |" for lh in heads]
     order = np.argsort(-paths.ravel(), kind="stable")[:5]
-    lines += ["", "Largest paths (sender -> receiver input: recovered share):" if senders else
-              "No paths: a one-layer model has no head that feeds another (no path.png).", ""]
+    lines += ["", f"Largest paths{among} (sender -> receiver input: recovered share):"
+              if senders and receivers else
+              "No paths: a one-layer model has no head that feeds another (no path.png)."
+              if top is None else f"No paths{among} (no path.png).", ""]
     for index in order:
         s, r, x = np.unravel_index(index, paths.shape)
         lines.append(f"- {head_label(senders[s])} -> {head_label(receivers[r])} {INPUTS[x]}: "

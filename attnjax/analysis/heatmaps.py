@@ -129,7 +129,9 @@ def plot_head_grid(weights, path, title: str, max_tokens: int = 128):
             ax.set_xticks([])
             ax.set_yticks([])
     fig.suptitle(title, fontsize=10)
-    fig.colorbar(image, ax=axes, shrink=min(1.0, 0.3 + 0.2 * L), label="attention weight")
+    # a deep model's bar spans its tall figure: kept about as wide as a few layers' one
+    fig.colorbar(image, ax=axes, shrink=min(1.0, 0.3 + 0.2 * L), aspect=20 * max(1.0, L / 6),
+                 label="attention weight")
     fig.savefig(path, dpi=100)
 
 

@@ -20,8 +20,10 @@ CONVENTIONS = (
     "(per token on synthetic tasks); eps = 0.02 nats. The small settings (S-text: byte-level "
     "text, width 64, 2 layers, 4 heads, RoPE, context 64, 600 steps; S-s2s: an encoder-decoder "
     "of 2 + 2 layers reversing 8-32 tokens, 2000 steps) are in `attnjax/audit/settings.py`; "
-    "the pretrained one (P-MiniLM: the real all-MiniLM-L6-v2, installed by `make minilm`, on "
-    "sentences of the standard library's docstrings) in `attnjax/audit/pretrained.py`.")
+    "the pretrained ones (P-MiniLM: the real all-MiniLM-L6-v2, installed by `make minilm`, on "
+    "sentences of the standard library's docstrings; P-SmolLM: the real SmolLM2-135M-Instruct "
+    "decoder, installed by `make smollm`, on windows of those docstrings) in "
+    "`attnjax/audit/pretrained.py` and `attnjax/audit/smollm.py`.")
 
 
 def _cell(text: str) -> str:

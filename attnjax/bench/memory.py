@@ -112,3 +112,39 @@ def run_memory_benchmark(config: Config, out: str | None = None) -> dict:
           "peak")
     write_json(out, {"backend": jax.default_backend(), **row})
     return row
+
+
+def decode_step_memory(config: Config, batch: int, *, param_dtype: str | None = None,
+                       buffers_only: bool = True) -> dict:
+    """The compiled memory of one decoding step of ``config``'s model
+    (``attnjax.generate.decode_step``): one token for each of ``batch`` sequences into a KV
+    cache of ``model.max_length`` slots, the cache donated (the updated one reuses its
+    buffers), as ``sample`` and ``beam_generate`` run it; nothing is run or initialised. The
+    cache's dtype is the model's compute dtype (``model.dtype``); ``param_dtype`` casts the
+    floating parameters (default: float32, as stored). Returns the setting, XLA's
+    ``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes`` and ``peak_bytes``
+    (as ``train_step_memory``'s), and the ``parameter_bytes`` and ``cache_bytes`` of the
+    arguments, from their shapes and dtypes."""
+    from attnjax.generate import decode_step, empty_cache
+    from attnjax.train.state import init_params
+
+    def cast(leaf):
+        dtype = (param_dtype if param_dtype and jax.numpy.issubdtype(leaf.dtype,
+                                                                     jax.numpy.floating)
+                 else leaf.dtype)
+        return jax.ShapeDtypeStruct(leaf.shape, dtype)
+
+    params = jax.tree_util.tree_map(cast, jax.eval_shape(lambda: init_params(config)))
+    cache = jax.eval_shape(lambda: empty_cache(config, batch))
+    tokens = jax.ShapeDtypeStruct((batch, 1), jax.numpy.int32)
+    lowered = jax.jit(decode_step(config), donate_argnums=(1,)).lower(params, cache, tokens)
+    stats = buffer_memory(lowered) if buffers_only else lowered.compile().memory_analysis()
+    row = {"batch": batch, "max_length": config.model.max_length, "dtype": config.model.dtype,
+           "param_dtype": param_dtype or "float32", "kernel": config.model.attention.kernel,
+           "argument_bytes": stats.argument_size_in_bytes,
+           "output_bytes": stats.output_size_in_bytes, "alias_bytes": stats.alias_size_in_bytes,
+           "temp_bytes": stats.temp_size_in_bytes, "parameter_bytes": tree_bytes(params),
+           "cache_bytes": tree_bytes(cache)}
+    row["peak_bytes"] = (row["argument_bytes"] + row["output_bytes"] - row["alias_bytes"]
+                         + row["temp_bytes"])
+    return row

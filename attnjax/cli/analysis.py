@@ -261,9 +261,12 @@ def _patch(args) -> int:
     for flag in ("--clean", "--corrupt", "--metric"):
         utf8_text(flag, getattr(args, flag[2:]))
     check_range("--examples", args.examples, 1, INT32)
+    if args.paths is not None:
+        check_range("--paths", args.paths, 0, INT32)
     print(write_patch_report(args.workdir, args.out, clean=args.clean, corrupt=args.corrupt,
                              metric=args.metric, examples=args.examples,
-                             which=args.checkpoint, by_position=args.by_position))
+                             which=args.checkpoint, by_position=args.by_position,
+                             paths=args.paths))
     pictures = "heads.png, heads_noising.png, " + ("heads_by_position.png, "
                                                      if args.by_position else "")
     paths = "path.png, " if (Path(args.out) / "path.png").is_file() else ""
@@ -296,5 +299,9 @@ def add_patch(commands) -> None:
     patching.add_argument("--by-position", action="store_true",
                           help="also patch each head at each position alone "
                           "(heads_by_position.png)")
+    patching.add_argument("--paths", type=int, default=None, metavar="K",
+                          help="path patching only among the K heads whose clean output "
+                          "recovers the most (a large model's every pair is too many; 0: no "
+                          "path patching; default: every pair of heads)")
     add_checkpoint(patching)
     patching.set_defaults(run=out_checked_first(_patch))

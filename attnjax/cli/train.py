@@ -166,7 +166,9 @@ def _generate(args) -> int:
         raise ValueError("generate needs a text run (data.task='text', or 'letters' with "
                          f"model.family='seq2seq'), got data.task={config.data.task!r}")
     encode, text = _text_codec(config.data)
-    prompt = encode(args.prompt)
+    prompt, eos = encode(args.prompt), None
+    if args.chat:
+        prompt, eos = _chat_prompt(run_dir, config, args.prompt)
     if objective == "seq2seq":                  # the prompt is the source, then EOS
         eos = seq2seq_specials(config.model.vocab_size).eos
         source, _, tokens = check_translation(config, [prompt + [eos]], None,
@@ -182,18 +184,41 @@ def _generate(args) -> int:
         found = (beam_translate(config, params, source, None, tokens, beams=args.beams,
                                 alpha=args.length_penalty) if objective == "seq2seq" else
                  beam_generate(config, params, [prompt], args.tokens, beams=args.beams,
-                               alpha=args.length_penalty))
+                               alpha=args.length_penalty, eos=eos))
         for ids, score, length in zip(found.tokens[0], found.scores[0], found.lengths[0]):
-            shown = text(ids[:length]) if objective == "seq2seq" else text(prompt + list(ids))
+            shown = (text(ids[:length]) if objective == "seq2seq" or args.chat
+                     else text(prompt + list(ids)))
             print(f"{score:9.4f}  {shown}")
         return 0
     if objective == "seq2seq":
         print(text(translate(config, params, source, None, tokens)[0]))
         return 0
-    tokens = sample(config, params, prompt, args.tokens, temperature=args.temperature,
-                    top_k=args.top_k, seed=args.seed)
-    print(text(prompt + [int(t) for t in tokens]))
+    tokens = [int(t) for t in sample(config, params, prompt, args.tokens,
+                                     temperature=args.temperature, top_k=args.top_k,
+                                     seed=args.seed)]
+    if args.chat:                               # the reply alone, up to the end of its turn
+        print(text(tokens[:tokens.index(eos)] if eos in tokens else tokens))
+        return 0
+    print(text(prompt + tokens))
     return 0
+
+
+def _chat_prompt(run_dir, config, prompt: str) -> tuple[list[int], int | None]:
+    """``(ids, eos)``: ``prompt`` as the user's message under the run's chat template
+    (``attnjax.data.chat``), with the assistant's turn opened, tokenized as the template's text
+    (its special tokens written out, none added), and the id of the token that ends a turn
+    (None if the run names none); a run without a template is refused in one line."""
+    from attnjax.data.chat import CHAT_FILE, read_chat, render_chat
+    from attnjax.data.tokenizer import load_tokenizer
+    chat = read_chat(run_dir.path)
+    if chat is None or config.data.tokenizer is None:
+        raise ValueError(f"--chat: {run_dir.path} keeps no chat template ({CHAT_FILE}: an "
+                         "imported model's own, from its GGUF metadata or Hugging Face "
+                         "tokenizer_config.json; import it again to keep it)")
+    tokenizer = load_tokenizer(config.data.tokenizer)
+    text = render_chat(chat, [{"role": "user", "content": prompt}])
+    eos = tokenizer.token_id(chat["eos_token"]) if chat.get("eos_token") else None
+    return [int(t) for t in tokenizer.encode(text, special=False)], eos
 
 
 def add_generate(commands) -> None:
@@ -217,6 +242,10 @@ def add_generate(commands) -> None:
                           help="sample only among the K most likely tokens (default: all)")
     generate.add_argument("--seed", type=int, default=0,
                           help="random seed of the sampler (default: %(default)s)")
+    generate.add_argument("--chat", action="store_true",
+                          help="send --prompt as the user's message under the run's chat "
+                          "template (an imported instruction-tuned model's, e.g. SmolLM2-"
+                          "Instruct's) and print the reply alone, up to the end of its turn")
     generate.add_argument("--beams", type=int, default=None, metavar="K",
                           help="beam search of width K instead of sampling (default: sample)")
     generate.add_argument("--length-penalty", type=float, default=0.6, metavar="A",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from attnjax.config import ModelConfig
+from attnjax.data.chat import directory_chat
 from attnjax.pretrained.architectures import ARCHITECTURES, architecture, mapped_params
 from attnjax.pretrained.gguf import GGUFModel
 from attnjax.pretrained.weights import INDEX, Weights, read_config
@@ -21,11 +22,12 @@ class Source(NamedTuple):
     """A checkpoint as read: its config.json (``hf``, a GGUF file's from its metadata), its
     tensors (``weights``: ``headers`` and ``load``), every file it is read from (``files``)
     and its tokenizer: a tokenizer.json path, the text of one (a GGUF file's, rebuilt from
-    its metadata), or None."""
+    its metadata), or None; and its chat template (``attnjax.data.chat``), or None."""
     hf: dict
     weights: object
     files: list[Path]
     tokenizer: Path | str | None
+    chat: dict | None = None
 
 
 def open_source(source: str | Path) -> Source:
@@ -34,13 +36,14 @@ def open_source(source: str | Path) -> Source:
     path = Path(source)
     if path.suffix == ".gguf" and path.is_file():
         model = GGUFModel(path)
-        return Source(model.hf, model, [path], model.tokenizer_json())
+        return Source(model.hf, model, [path], model.tokenizer_json(), model.chat())
     hf = read_config(path)
     weights = Weights(path)
     tokenizer = path / "tokenizer.json"
+    chat, chat_files = directory_chat(path)
     files = [path / "config.json", *weights.files,
-             *[p for p in (path / INDEX, tokenizer) if p.is_file()]]
-    return Source(hf, weights, files, tokenizer if tokenizer.is_file() else None)
+             *[p for p in (path / INDEX, tokenizer) if p.is_file()], *chat_files]
+    return Source(hf, weights, files, tokenizer if tokenizer.is_file() else None, chat)
 
 
 def read_pretrained(source: str | Path) -> tuple[Source, ModelConfig, dict]:

@@ -8,6 +8,7 @@ so that the Llama mapping (``architectures.llama_*``) reads it like a model dire
   -> ``model.layers.0.self_attn.q_proj.weight``) in the Hugging Face shape (GGUF lists the
   dimensions fastest first), dequantized to float32 by the ``gguf`` package's NumPy code, and
   for ``llama`` the query and key rows put back from llama.cpp's interleaved rotary order;
+- ``chat``: its chat template (``tokenizer.chat_template``) and BOS and EOS tokens;
 - ``tokenizer_json``: the byte-level BPE its ``tokenizer.ggml.*`` metadata holds, rebuilt as a
   ``tokenizers`` tokenizer (tokens, merges, control tokens as special ones, BOS when
   ``add_bos_token``, the pre-tokenizer ``tokenizer.ggml.pre`` names).
@@ -148,6 +149,21 @@ class GGUFModel:
             kind = "num_attention_heads" if "q_proj" in name else "num_key_value_heads"
             weight = unpermuted(weight, self.hf[kind])
         return weight
+
+    def chat(self) -> dict | None:
+        """Its chat template (``tokenizer.chat_template``) with the text of its BOS and EOS
+        tokens, as ``attnjax.data.chat`` keeps them; None without a template."""
+        template = self.field("tokenizer.chat_template")
+        if not isinstance(template, str):
+            return None
+        tokens = self.field("tokenizer.ggml.tokens") or []
+
+        def token(key):
+            index = self.field(key)
+            return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else None
+
+        return {"chat_template": template, "bos_token": token("tokenizer.ggml.bos_token_id"),
+                "eos_token": token("tokenizer.ggml.eos_token_id")}
 
     def tokenizer_json(self) -> str | None:
         """The tokenizer its metadata describes, as tokenizer.json text; None without one."""

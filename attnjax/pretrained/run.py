@@ -4,6 +4,8 @@ that every command reads (``eval``, ``generate``, ``attention``, ``heads``, ``co
     RUN/config.json        the model's config (``load_pretrained``) and data on its tokenizer
     RUN/ckpt/0             a checkpoint of the parameters alone (no optimizer state)
     RUN/tokenizer.json     the model's tokenizer, when the directory has one (``data.tokenizer``)
+    RUN/tokenizer_config.json  its chat template with its BOS and EOS tokens, when it has one
+                           (``attnjax.data.chat``: ``attnjax generate --chat``)
     RUN/imported.json      where it came from: the directory, its architecture, each file's
                            SHA-256
 
@@ -23,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from attnjax.config import Config, DataConfig, apply_overrides
+from attnjax.data.chat import CHAT_FILE
 from attnjax.data.tokenizer import TextTokenizer, check_vocabulary
 from attnjax.models import check_same_parameters, family
 from attnjax.outputs import output_directory, staged_directory
@@ -83,11 +86,12 @@ def import_run(source: str | Path, workdir: str | Path, overrides=()) -> Config:
         base = source if source.is_dir() else source.parent
         record = {"source": str(source.absolute()), "model_type": opened.hf["model_type"],
                   "files": {str(p.relative_to(base)): sha256(p) for p in sorted(opened.files)}}
-        write_run(run, stored, params, record, tokenizer)
+        write_run(run, stored, params, record, tokenizer, opened.chat)
     return run.config()
 
 
-def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path | None) -> None:
+def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path | None,
+              chat: dict | None = None) -> None:
     """Write the run directory in a staging directory beside it, then rename it into place
     (the module docstring; ``attnjax.outputs.staged_directory``)."""
     with staged_directory(run.path, STAGING) as path:
@@ -95,6 +99,8 @@ def write_run(run: RunDir, stored: dict, params, record: dict, tokenizer: Path |
         staging.checkpoint_dir.mkdir()
         if tokenizer is not None:
             shutil.copyfile(tokenizer, staging.path / "tokenizer.json")
+        if chat is not None:
+            write_json_atomic(staging.path / CHAT_FILE, chat)
         write_json_atomic(staging.path / "config.json", stored)
         checkpoints = staging.checkpoints()
         try:
