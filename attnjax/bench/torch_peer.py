@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from attnjax.bench.common import write_json
-from attnjax.bench.peer import WINDOW_S, alternating
+from attnjax.bench.peer import ROUNDS, WINDOW_S, alternating
 from attnjax.bench.throughput import train_loop
 from attnjax.bench.train import train_settings
 from attnjax.config import apply_overrides
@@ -132,7 +132,7 @@ def training_rows(worker: TorchWorker, steps: int) -> list[dict]:
                     "batch_size": t.batch_size, "corpus": str(corpus), "steps": t.steps,
                     "warmup": t.warmup_steps, "learning_rate": t.learning_rate,
                     "steps_per_call": per_call}})
-                calls = max(steps // per_call, math.ceil(WINDOW_S / ours(1)), 1)
+                calls = max(steps // (ROUNDS * per_call), math.ceil(WINDOW_S / ours(1)), 1)
                 result = alternating(functools.partial(ours, calls),
                                      functools.partial(_ask_seconds, worker, "advance", calls),
                                      calls * per_call * t.batch_size * cfg.data.length)
