@@ -87,10 +87,11 @@ def assert_png():
 # waits on Ray and its worker processes, the others compile and train (worker processes,
 # two-process runs, the claims' measurements, test_nn's thousands of eager ops). Files not
 # listed run after them in their usual order; a new file that takes a minute belongs here.
-SLOWEST_FIRST = ("test_ray.py", "test_nn.py", "test_sweep.py", "test_claims.py",
-                 "test_distributed.py", "test_train.py", "test_bench.py", "test_encoder.py",
-                 "test_encoder_commands.py", "test_head_shapes.py", "test_attention.py",
-                 "test_analysis.py", "test_seq2seq.py", "test_padding.py")
+SLOWEST_FIRST = ("test_sharding.py", "test_ray.py", "test_context_parallel.py", "test_nn.py",
+                 "test_sweep.py", "test_claims.py", "test_distributed.py", "test_train.py",
+                 "test_bench.py", "test_encoder.py", "test_encoder_commands.py",
+                 "test_head_shapes.py", "test_attention.py", "test_analysis.py",
+                 "test_seq2seq.py", "test_padding.py", "test_explore.py")
 
 
 # The quick tier, ``make check`` (``pytest -m quick``): what a person runs before each commit,

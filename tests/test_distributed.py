@@ -37,17 +37,14 @@ SETTINGS = {
     "host data": {**TINY_TEXT, "data.task": "tokens", "data.vocab_size": 64,
                   "model.vocab_size": 64, "train.steps": 40, "train.eval_every": 20,
                   "train.checkpoint_every": 20},
-    "seq2seq": {**TINY_SEQ2SEQ, "train.steps": 20, "train.eval_every": 20,
-                "train.checkpoint_every": 20},
     # two processes of 2 devices each on a data=1 x fsdp=4 mesh: fsdp spans both processes
     # (devices 0-1 are process 0's), so every parameter is split over them and gathered
     # through gloo; the one-process reference trains on one device
-    "fsdp across processes": {**TINY_MLM, "train.steps": 10, "train.eval_every": 10,
-                              "train.checkpoint_every": 10, "train.log_every": 5,
-                              "train.steps_per_dispatch": 5, "train.mesh.data": 1,
-                              "train.mesh.fsdp": 4},
+    "seq2seq, fsdp across processes": {**TINY_SEQ2SEQ, "train.steps": 20,
+                                       "train.eval_every": 20, "train.checkpoint_every": 20,
+                                       "train.mesh.data": 1, "train.mesh.fsdp": 4},
 }
-DEVICES_PER_PROCESS = {"fsdp across processes": 2}
+DEVICES_PER_PROCESS = {"seq2seq, fsdp across processes": 2}
 ONE_DEVICE = {"train.mesh.data": -1, "train.mesh.fsdp": 1}
 
 

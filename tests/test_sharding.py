@@ -276,7 +276,7 @@ for family, (base, meshes) in FAMILIES.items():
         print("EXACT", family, json.dumps(mesh), f"{worst:.1e}",
               f"{relative(s8.params, s1.params):.1e}")
 
-# evaluation is laid out as training: the ring's run evaluated at L and 4L split along the
+# evaluation is laid out as training: the ring's run evaluated at 4L split along the
 # length (params placed on its mesh) equals one device's evaluation of the same parameters
 from attnjax import sharding
 from attnjax.data import load_dataset
@@ -287,8 +287,8 @@ split = sharding.place_parameters(ring, s8.params, sharding.make_mesh(ring.train
                                                                       jax.devices()))
 alone = config_of(FAMILIES["decoder-ring"][0], {})
 dataset = load_dataset(ring.data)
-ours, reference = evaluate(ring, split, dataset), evaluate(alone, s8.params, dataset)
-assert sorted(ours) == [16, 64], ours
+ours = evaluate(ring, split, dataset, [64])
+reference = evaluate(alone, s8.params, dataset, [64])
 for length in ours:
     np.testing.assert_allclose(ours[length]["loss"], reference[length]["loss"], rtol=1e-5)
 print("EVALUATED", {k: round(v["loss"], 4) for k, v in ours.items()})
@@ -368,8 +368,8 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                "model.d_model": 32, "train.batch_size": 16, "train.grad_accum": 2,
                "train.entropy_reg": 0.01}
     families = {
-        "decoder": (decoder, [{"data": 8}, {"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8},
-                              EVERY_AXIS]),
+        # (data parallelism alone: tests/test_train.py, 4 devices)
+        "decoder": (decoder, [{"data": 1, "fsdp": 8}, {"data": 1, "tensor": 8}, EVERY_AXIS]),
         # context parallelism: the ring (zig-zag under the causal mask) and all-gather kernels
         "decoder-ring": ({**decoder, "train.entropy_reg": 0.0, "model.attention.kernel": "ring",
                           "model.max_length": 64, "data.eval_lengths": [64]},
@@ -384,7 +384,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 7 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
     assert all(word in result.stdout for word in ("ALL OK", "BENCH", "DECODED", "EVALUATED"))
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)

@@ -73,7 +73,9 @@ def test_runs_of_one_structure_trace_once_and_another_structure_again(tmp_path, 
     assert parallel._program.cache_info().misses == 1
     program = parallel._program(hyper.structure(configs[0]), tuple(jax.devices()), None)
     assert program._cache_size() == 1
-    assert loop.compiled_eval_step(hyper.structure(configs[0]), None, False)._cache_size() == 1
+    # (a run on one device: no mesh its evaluations are laid out on)
+    assert loop.compiled_eval_step(hyper.structure(configs[0]), None, False,
+                                   None)._cache_size() == 1
 
     # another structure (more heads) is another program: traced again, once
     other = tiny_config(BASE, **OTHER_STRUCTURE)

@@ -101,6 +101,20 @@ SECTIONS = {
                  ("ring analytic MB", "ring_analytic_mb"), ("allgather MB", "allgather_mb"),
                  ("allgather sent MB", "allgather_sent_mb"),
                  ("allgather analytic MB", "allgather_analytic_mb")]),
+    "torch": ("Against PyTorch", "attnjax against PyTorch with fused "
+              "`scaled_dot_product_attention` on the same CPU, the two alternating round by "
+              "round in one run (`attnjax bench torch --python PYTHON`, `torch.json`; "
+              "PyTorch in its own interpreter): causal attention forward and backward per "
+              "kernel (8 heads of 32, 4096 tokens per call; `vs_sdpa` = SDPA's time over "
+              "attnjax's), and training tokens/s of the same GPT at 1 and 10 steps per "
+              "dispatch (`vs_torch` = attnjax / PyTorch; `default`: the dispatch attnjax "
+              "chooses); medians of 9 rounds, lowest and highest beside them.",
+              [("setting", "setting"), ("kernel", "kernel"), ("length", "length"),
+               ("batch", "batch"), ("attnjax ms", "attnjax_ms"), ("SDPA ms", "sdpa_ms"),
+               ("vs_sdpa", "vs_sdpa"), ("steps per dispatch", "steps_per_dispatch"),
+               ("default", "default"), ("attnjax tokens/s", "tokens_per_s"),
+               ("PyTorch tokens/s", "torch_tokens_per_s"), ("vs_torch", "vs_torch"),
+               ("lowest", "low"), ("highest", "high")]),
     "eval": ("Evaluation passes", "Forward tokens per second of the evaluation program against "
              "the tokens each forward pass holds, over the same validation sequences; `chosen`: "
              "the size `train.loop.eval_chunk_rows` picks for the config's evaluation batch "
@@ -154,6 +168,8 @@ def _rows(name: str, result: dict) -> list[dict]:
                     for k in ("ring", "allgather")
                     for suffix, key in (("", "peak"), ("_sent", "sent"),
                                         ("_analytic", "analytic"))}} for r in rows]
+    if name == "torch":
+        rows = [*result["attention"], *result["training"]]
     if name == "startup":
         rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
                  "new_cache_entries": r["new_cache_entries"]} for r in rows]
