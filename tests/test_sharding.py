@@ -293,10 +293,9 @@ for length in ours:
     np.testing.assert_allclose(ours[length]["loss"], reference[length]["loss"], rtol=1e-5)
 print("EVALUATED", {k: round(v["loss"], 4) for k, v in ours.items()})
 
-# decoding on a mesh: parameters split over fsdp=2 x tensor=4, the KV cache by heads; greedy
-# tokens and beams (tokens and scores) as one device's
+# decoding on a mesh: parameters split over fsdp=2 x tensor=4, the KV cache by heads (and
+# reordered by beam); beams (tokens and scores) as one device's
 from attnjax.beam import beam_generate
-from attnjax.generate import generate
 from attnjax.train.state import init_params
 config = config_of(FAMILIES["decoder"][0], {})
 params, prompts = init_params(config), np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
@@ -304,8 +303,6 @@ split, mesh = sharding.inference_mesh(config, "data=1,fsdp=2,tensor=4", jax.devi
 placed = sharding.place_parameters(split, params, mesh)
 assert placed["block_0"]["attention"]["key"]["kernel"].sharding.spec == jax.sharding.PartitionSpec(
     "fsdp", "tensor")
-assert (generate(split, placed, prompts, 6, temperature=0.0, mesh=mesh)
-        == generate(config, params, prompts, 6, temperature=0.0)).all()
 beams = [beam_generate(c, p, prompts, 4, beams=2, mesh=m)
          for c, p, m in ((config, params, None), (split, placed, mesh))]
 assert (beams[0].tokens == beams[1].tokens).all()
@@ -320,9 +317,9 @@ assert row["state_vs_even"] < 1.05 and row["gather_analytic_bytes"] > 0
 assert row["gather_analytic_bytes"] <= row["all_gather_bytes"] < 1.1 * row["gather_analytic_bytes"]
 print("BENCH", json.dumps({k: v for k, v in row.items() if k != "mesh"}))
 
-# a run saved on fsdp=8 resumes on data=2 x tensor=4, and that one on one device; each resume
-# starts from the step-10 checkpoint of a run stopped there (its later checkpoint and summary
-# removed, as a run killed after step 10's checkpoint leaves them)
+# a run saved on fsdp=8 resumes on data=2 x tensor=4 from the step-10 checkpoint of a run
+# stopped there (its later checkpoint and summary removed, as a run killed after step 10's
+# checkpoint leaves them); this process's one device then reads that checkpoint (below)
 base = FAMILIES["decoder"][0]
 def stopped_at_10(run):
     shutil.rmtree(run / "ckpt" / "20")
@@ -333,8 +330,7 @@ def final(run, config):
     checkpoints.close()
     assert step == 20
     return params
-plan = [({"data": 1, "fsdp": 8}, jax.devices()), ({"data": 2, "tensor": 4}, jax.devices()),
-        ({}, jax.devices()[:1])]
+plan = [({"data": 1, "fsdp": 8}, jax.devices()), ({"data": 2, "tensor": 4}, jax.devices())]
 run = ROOT / "run"
 config = config_of(base, plan[0][0])
 train(config, run, devices=plan[0][1], progress=False)
@@ -376,7 +372,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                          [{"data": 2, "sequence": 4}]),
         "encoder": ({**TINY_MLM, **SEPARATE, "train.batch_size": 8,
                      "model.attention.kernel": "allgather"}, [SPLIT_RUN]),
-        "seq2seq": ({**TINY_SEQ2SEQ, **SEPARATE, "train.batch_size": 8}, [SPLIT_RUN]),
+        # (the encoder-decoder: two processes on fsdp=4 in tests/test_distributed.py)
     }
     env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
     result = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, json.dumps(families),
@@ -384,7 +380,7 @@ def test_meshes_of_eight_devices_train_and_resume_as_one_device(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
-    assert result.stdout.count("EXACT") == 6 and result.stdout.count("RESUMED") == 2
+    assert result.stdout.count("EXACT") == 5 and result.stdout.count("RESUMED") == 1
     assert all(word in result.stdout for word in ("ALL OK", "BENCH", "DECODED", "EVALUATED"))
     # this process has one device: it reads the checkpoint of step 10, saved split over the
     # fsdp=8 mesh, whole (its parameters' digest, saved with it, checked on the way)
