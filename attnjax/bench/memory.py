@@ -36,9 +36,10 @@ import jax
 from attnjax.bench.common import write_json
 from attnjax.config import Config
 from attnjax.data import load_dataset
+from attnjax.generate import decode_step, empty_cache
 from attnjax.train import hyper
 from attnjax.train.parallel import Runner
-from attnjax.train.state import init_state
+from attnjax.train.state import init_params, init_state
 
 
 def tree_bytes(tree) -> int:
@@ -125,9 +126,6 @@ def decode_step_memory(config: Config, batch: int, *, param_dtype: str | None = 
     ``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes`` and ``peak_bytes``
     (as ``train_step_memory``'s), and the ``parameter_bytes`` and ``cache_bytes`` of the
     arguments, from their shapes and dtypes."""
-    from attnjax.generate import decode_step, empty_cache
-    from attnjax.train.state import init_params
-
     def cast(leaf):
         dtype = (param_dtype if param_dtype and jax.numpy.issubdtype(leaf.dtype,
                                                                      jax.numpy.floating)
