@@ -8,9 +8,9 @@ with 8 fake CPU devices, outputs and gradients (q, k, v and every parameter: sin
 scale, ALiBi slopes, a T5 table) of both kernels on meshes whose sequence axis has 2, 4 and
 8 devices (beside data and tensor axes) against the reference kernel on one device, and
 against the float64 oracle where no dropout is involved. Three scenarios cover the options
-(``PLAN`` says which kernel runs which on which mesh: nine compilations, as the whole file
-has a budget of ~25 s on two cores). The subprocess is this file run as a script; it prints
-one JSON line per check.
+(``PLAN`` says which kernel runs which on which mesh: nine compilations, every kernel
+and device count meeting every scenario once, to keep the suite's cold time). The
+subprocess is this file run as a script; it prints one JSON line per check.
 """
 
 from __future__ import annotations
