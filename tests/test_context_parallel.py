@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attnjax.ops import dot_product_attention
 from attnjax.ops.context import (chunk_table, choose_layout, current, layout_work,
@@ -210,6 +211,9 @@ def _error(got, want) -> float:
 def _program(call, mesh, **kernel):
     def run(q, k, v, params, dynamic, cot):
         scope = contextlib.nullcontext() if mesh is None else sequence_parallel(mesh)
+        if mesh is not None:    # laid out on the mesh as training lays parameters out: their
+            params = jax.tree.map(       # types then name it, which shard_map's body must take
+                lambda p: jax.lax.with_sharding_constraint(p, NamedSharding(mesh, P())), params)
         with scope:
             out, pull = jax.vjp(lambda q, k, v, p: call(q, k, v, p, dynamic, **kernel),
                                 q, k, v, params)
@@ -224,7 +228,6 @@ def _cotangent(q, v):
 def _tokens(mesh, x):
     """``x`` ``[B, T, heads, .]`` split along its length, its batch over data and its heads
     over tensor where they divide."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
     tensor = mesh.shape.get("tensor", 1)
     return jax.device_put(x, NamedSharding(mesh, P(
         "data" if "data" in mesh.shape else None, "sequence",

@@ -600,23 +600,26 @@ def _like(plan: _Plan, x, other):
 def _bias_function(bias, q_positions, kv_positions, block_q: int, block_k: int):
     """``(bias(q_pos, k_pos, *consts), consts)``: a bias function of positions with every
     array it closes over (a T5 table, ALiBi slopes) made an explicit argument, so its
-    gradient crosses the custom VJP and the arrays cross shard_map. The function is traced
-    again where it is called (a jaxpr records the mesh it was traced under), its closed-over
-    values replaced by ``consts``."""
+    gradient crosses the custom VJP and the arrays cross shard_map. It is traced once, here,
+    outside any mesh, and that program evaluated on each device's blocks with ``consts`` as
+    shard_map passed them in. Traced inside shard_map's body (the sequence axis manual) it
+    would apply its operations to the closed-over arrays themselves, whose types name the whole
+    mesh when they are laid out on it (training's parameters), and JAX refuses to gather from
+    those there (a T5 table); traced under the caller's mesh, its program would record that
+    mesh, which the body's is not."""
     if bias is None:
         return None, ()
     example = lambda given, size: jax.ShapeDtypeStruct(
         (1 if given is None else given.shape[0], size),
         jnp.int32 if given is None else given.dtype)
-    examples = (example(q_positions, block_q), example(kv_positions, block_k))
-    consts = tuple(jax.make_jaxpr(bias)(*examples).consts)
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+        closed = jax.make_jaxpr(bias)(example(q_positions, block_q),
+                                      example(kv_positions, block_k))
 
     def fn(q_pos, k_pos, *consts):
-        closed = jax.make_jaxpr(bias)(q_pos, k_pos)
-        assert len(closed.consts) == len(consts), "the bias function traced differently"
         return jax.core.eval_jaxpr(closed.jaxpr, consts, q_pos, k_pos)[0]
 
-    return fn, consts
+    return fn, tuple(closed.consts)
 
 
 def context_attention(strategy: str, query, key, value, *, bias, mask, scale, logit_soft_cap,
