@@ -2,11 +2,13 @@
 ``transformers`` class its config.json names, computes the logits attnjax computes from the
 run's checkpoint, within ``TOLERANCE``.
 
-Run where ``torch`` and ``transformers`` are installed (the test suite needs neither; its
-``tests/test_export.py`` checks the round trip through attnjax's own import bit for bit):
+The test suite needs neither torch nor transformers (``tests/test_export.py`` checks the round
+trip through attnjax's own import bit for bit). Run it with the project's Python; the
+transformers half (``scripts/transformers_logits.py``, no JAX in it) runs under ``--python``,
+any interpreter that has torch and transformers (by default this one):
 
-    python scripts/check_export_transformers.py             # the fixtures and tiny runs
-    python scripts/check_export_transformers.py RUN [RUN...] # these run directories
+    python scripts/check_export_transformers.py [--python PYTHON]              # the fixtures
+    python scripts/check_export_transformers.py [--python PYTHON] RUN [RUN...] # these runs
 
 By default it checks every Hugging Face fixture of ``tests/data/hf`` (imported, then
 exported) and the tiny runs of ``TINY``, which ``tests/test_export.py`` exports too: models
@@ -14,14 +16,16 @@ configured here that an architecture expresses, with random parameters (GPT-2-li
 q, k, v; Llama-like with grouped queries, biases, a knocked-out head and Llama 3.1's RoPE
 bands; a BERT masked-language model without segment embeddings; a BERT [CLS] classifier with
 per-head projections), each shaped as a fixture whose reference inputs it reads. Each is
-exported into a temporary directory and loaded with eager attention in float32; both sides
-run the same tokens. One line per model with the largest difference; exit status 1 if any
-exceeds ``TOLERANCE``, 2 without torch or transformers.
+exported into a temporary directory with the tokens it reads (``inputs.npy``); transformers
+loads it with eager attention in float32 and both sides run the same tokens. One line per
+model with the largest difference; exit status 1 if any exceeds ``TOLERANCE``, 2 when the
+transformers half cannot run.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -87,49 +91,54 @@ def tiny_run(path: Path, config: Config, seed: int) -> dict:
     return params
 
 
-def check(run: RunDir, out: Path, tokens: np.ndarray) -> float:
-    """The largest difference between ``transformers``' outputs of the export of ``run`` at
-    ``out`` and attnjax's of the run itself."""
-    import torch
-    import transformers
+def write(run: RunDir, out: Path, tokens: np.ndarray) -> tuple[str, np.ndarray]:
+    """Export ``run`` to ``out`` with ``tokens`` as its ``inputs.npy``: the line that names it
+    and attnjax's outputs of the run itself on them."""
     done = export_run(run.path, out)
+    np.save(out / "inputs.npy", tokens)
     config, params, _ = run.params()
     ours = np.asarray(build(config.model).apply({"params": params}, tokens)[0])
-    model_class = getattr(transformers, json.loads((out / "config.json").read_text())[
-        "architectures"][0])
-    model = model_class.from_pretrained(out, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        result = model(torch.as_tensor(tokens))
-    theirs = (result.logits if hasattr(result, "logits") else result.last_hidden_state).numpy()
-    print(f"{run.path.name:16} {done.kind:8} {done.class_name:32} max |difference| "
-          f"{np.abs(ours - theirs).max():.2e}")
-    return float(np.abs(ours - theirs).max())
+    return f"{run.path.name:16} {done.kind:8} {done.class_name:32}", ours
 
 
-def main(runs: list[str]) -> int:
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as error:
-        print(f"needs torch and transformers ({error})", file=sys.stderr)
-        return 2
-    worst = 0.0
+def cases(runs: list[str], scratch: Path) -> list[tuple[RunDir, np.ndarray]]:
+    """``(run, tokens)`` to check: ``runs`` on random tokens, else the fixtures and ``TINY``."""
+    found = []
+    for run in map(RunDir, runs):
+        model = run.config().model
+        found.append((run, np.random.default_rng(0).integers(
+            0, model.vocab_size, (2, min(16, model.max_length)))))
+    if not runs:
+        for fixture in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+            import_run(fixture, scratch / fixture.name)
+            found.append((RunDir(scratch / fixture.name), inputs(fixture.name)))
+        for seed, (name, (fixture, _)) in enumerate(TINY.items()):
+            tiny_run(scratch / name, tiny_config(name), seed)
+            found.append((RunDir(scratch / name), inputs(fixture)))
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter with torch and transformers (default: this one)")
+    parser.add_argument("runs", nargs="*", metavar="RUN")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        cases = []
-        for run in map(RunDir, runs):          # random tokens the model reads
-            model = run.config().model
-            cases.append((run, np.random.default_rng(0).integers(
-                0, model.vocab_size, (2, min(16, model.max_length)))))
-        if not runs:
-            for fixture in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
-                import_run(fixture, scratch / fixture.name)
-                cases.append((RunDir(scratch / fixture.name), inputs(fixture.name)))
-            for seed, (name, (fixture, _)) in enumerate(TINY.items()):
-                tiny_run(scratch / name, tiny_config(name), seed)
-                cases.append((RunDir(scratch / name), inputs(fixture)))
-        for i, (run, tokens) in enumerate(cases):
-            worst = max(worst, check(run, scratch / f"exported-{i}", tokens))
+        written = []
+        for i, (run, tokens) in enumerate(cases(args.runs, scratch)):
+            out = scratch / f"exported-{i}"
+            written.append((out, *write(run, out, tokens)))
+        status = subprocess.run([args.python, str(Path(__file__).with_name(
+            "transformers_logits.py")), *(str(out) for out, _, _ in written)]).returncode
+        if status:
+            return 2
+        worst = 0.0
+        for out, line, ours in written:
+            difference = float(np.abs(ours - np.load(out / "transformers.npy")).max())
+            print(f"{line} max |difference| {difference:.2e}")
+            worst = max(worst, difference)
     print(f"largest difference {worst:.2e} (tolerance {TOLERANCE:g})")
     return 0 if worst <= TOLERANCE else 1
 

@@ -110,6 +110,27 @@ def test_the_chat_template_is_kept_and_generate_chat_replies_under_it(tmp_path, 
     assert code == 0 and len(out.splitlines()) == 2, err
 
 
+def test_a_gguf_import_exports_with_its_chat_template_and_reads_back_bit_for_bit(tmp_path,
+                                                                                   capsys):
+    """``attnjax export`` of a GGUF run: a Llama directory with the tokenizer and the chat
+    template (tokenizer_config.json, as transformers keeps it); imported again, the same
+    parameters bit for bit, the same tokenizer and the same template."""
+    import_run(GGUF / "llama-q4_1.gguf", tmp_path / "run")
+    code, out, err = run_cli(capsys, "export", str(tmp_path / "run"), "--out",
+                             str(tmp_path / "hf"))
+    assert code == 0 and out.splitlines()[-1].endswith(
+        "tokenizer.json, tokenizer_config.json (its chat template)"), err
+    import_run(tmp_path / "hf", tmp_path / "again")
+    run, again = RunDir(tmp_path / "run"), RunDir(tmp_path / "again")
+    assert read_chat(again.path) == read_chat(run.path) is not None
+    assert (again.path / "tokenizer.json").read_bytes() == (
+        run.path / "tokenizer.json").read_bytes()
+    (config, params, _), (read_config, read, _) = run.params(), again.params()
+    assert read_config.model == config.model
+    for name, value in flatten_dict(params, sep="/").items():
+        np.testing.assert_array_equal(flatten_dict(read, sep="/")[name], value, err_msg=name)
+
+
 @pytest.mark.parametrize("damage, fragment", [
     (lambda raw: raw[: len(raw) // 2], "llama-q8_0.gguf"),
     (lambda raw: b"GGUF" + bytes(64), "llama-q8_0.gguf"),

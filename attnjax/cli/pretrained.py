@@ -49,7 +49,8 @@ def _export(args) -> int:
     done = export_run(args.run_dir, args.out, args.checkpoint)
     files = ", ".join(["config.json", f"model.safetensors ({done.tensors} tensors, "
                                       f"{done.nbytes / 1e6:.1f} MB float32)",
-                       *["tokenizer.json"] * done.tokenizer])
+                       *["tokenizer.json"] * done.tokenizer,
+                       *["tokenizer_config.json (its chat template)"] * done.chat])
     print(f"exported {args.run_dir} ({args.checkpoint} checkpoint, step {done.step}) as "
           f"{done.kind} ({done.class_name}): {done.reason}")
     print(f"wrote {args.out}: {files}")

@@ -5,6 +5,10 @@ backwards (the same name table, ``attnjax.pretrained.links``):
     OUT/model.safetensors  the parameters of the run's best checkpoint (or latest) under the
                            architecture's tensor names, float32, C order
     OUT/tokenizer.json     the run's tokenizer (``data.tokenizer``), when it has one
+    OUT/tokenizer_config.json  its chat template with the BOS and EOS tokens' text, when the
+                           run keeps one (``attnjax.data.chat``: a GGUF's or a Hugging Face
+                           directory's), so ``apply_chat_template`` and ``generate --chat``
+                           work on the export as on the run
 
 Which architecture: for an imported run, the one it came from (``imported.json``) where that
 still expresses the model; then, for a decoder, the first of ``gpt2`` and ``llama`` that does,
@@ -37,6 +41,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from attnjax.config import ModelConfig, to_dict
+from attnjax.data.chat import CHAT_FILE, read_chat
 from attnjax.nn.layouts import convert_projections
 from attnjax.nn.transformer import mlp_width, token_scale
 from attnjax.outputs import output_directory, staged_directory
@@ -67,7 +72,8 @@ class Choice(NamedTuple):
 
 class Exported(NamedTuple):
     """What ``export_run`` wrote: the architecture and why (``reason``), the checkpoint's
-    ``step``, the tensors' count and bytes, and whether a tokenizer came along."""
+    ``step``, the tensors' count and bytes, and whether a tokenizer and a chat template came
+    along."""
     kind: str
     class_name: str
     reason: str
@@ -75,6 +81,7 @@ class Exported(NamedTuple):
     tensors: int
     nbytes: int
     tokenizer: bool
+    chat: bool
 
 
 def folded(model: ModelConfig) -> ModelConfig:
@@ -225,7 +232,8 @@ def export_run(workdir: str | Path, out: str | Path, which: str = "best") -> Exp
     kinds = candidates(config.model, imported)
     fitting, reason = choose(config.model, kinds)       # refused before anything is read
     _, params, step = run.params(which)
-    exported = export_model(config.model, params, out, fitting, config.data.tokenizer)
+    exported = export_model(config.model, params, out, fitting, config.data.tokenizer,
+                            read_chat(run.path))
     if exported.kind == imported:
         reason = "the architecture it was imported from"
     elif exported.reason:
@@ -237,10 +245,11 @@ def export_run(workdir: str | Path, out: str | Path, which: str = "best") -> Exp
 
 
 def export_model(model: ModelConfig, params, out: str | Path, fitting: list[Choice],
-                 tokenizer: str | Path | None = None) -> Exported:
+                 tokenizer: str | Path | None = None, chat: dict | None = None) -> Exported:
     """Write ``model`` with ``params`` at ``out`` (absent or empty) as the first architecture
     of ``fitting`` (``choose``) that holds every parameter, with ``tokenizer`` (a
-    tokenizer.json) if given; ``Exported.reason`` says why the ones before it did not."""
+    tokenizer.json) and ``chat`` (``read_chat``'s) if given; ``Exported.reason`` says why the
+    ones before it did not."""
     out = Path(out)
     check_out(out)
     if tokenizer is not None and not Path(tokenizer).is_file():
@@ -251,9 +260,13 @@ def export_model(model: ModelConfig, params, out: str | Path, fitting: list[Choi
         save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
         if tokenizer is not None:
             shutil.copyfile(tokenizer, staging / "tokenizer.json")
+        if chat is not None:
+            write_json_atomic(staging / CHAT_FILE,
+                              {key: value for key, value in chat.items() if value is not None})
         write_json_atomic(staging / "config.json", hf)
         # safetensors writes through a private temporary file (mode 0600): the permissions
         # of any file written here instead
         shutil.copymode(staging / "config.json", staging / "model.safetensors")
     return Exported(choice.kind, hf["architectures"][0], "; ".join(passed), 0, len(tensors),
-                    sum(t.nbytes for t in tensors.values()), tokenizer is not None)
+                    sum(t.nbytes for t in tensors.values()), tokenizer is not None,
+                    chat is not None)
