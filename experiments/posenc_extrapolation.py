@@ -12,6 +12,9 @@ to longer inputs (``learned_interpolate``). The RoPE checkpoint is evaluated aga
 Runtime on 2 shared CPU cores: 4 min 8 s for the whole sweep with its evaluation variants
 (load average ~4 from other jobs; timings on this machine are pessimistic and noisy).
 
+The same ablation at length, trained at L = 256 and evaluated to 8L with every sequence split
+over a sequence axis of devices (the ring kernel): ``posenc_long``.
+
 Expected (Press et al., ALiBi, Table 2, REFERENCES.md): sinusoidal fails almost at once past L,
 rotary degrades after ~1.5-2x L, ALiBi stays flat or improves; T5 bias also extrapolates.
 
