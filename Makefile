@@ -44,6 +44,8 @@ device-check: $(STAMP)
 info: $(STAMP)
 	$(BIN)/attnjax info
 
+# TORCH_PYTHON=PYTHON (an interpreter with torch and transformers): bench warm also times
+# transformers generating from the GPT-2 fixture's export
 bench: $(STAMP)
 	$(BIN)/attnjax bench attention --out benchmarks/results/attention.json
 	$(BIN)/attnjax bench train --out benchmarks/results/train.json
@@ -67,6 +69,13 @@ bench: $(STAMP)
 		data.length=256 --out benchmarks/results/eval-d256-T256.json
 	$(BIN)/attnjax bench patch experiments/baseline.py --out benchmarks/results/patch.json
 	$(BIN)/attnjax bench startup --out benchmarks/results/startup.json
+	rm -rf runs/bench-warm runs/bench-warm-gpt2
+	$(BIN)/attnjax train experiments/baseline.py train.steps=10 train.log_every=10 \
+		train.eval_every=10 train.checkpoint_every=10 --workdir runs/bench-warm --no-progress
+	$(BIN)/attnjax bench warm runs/bench-warm --out benchmarks/results/warm.json
+	$(BIN)/attnjax import tests/data/hf/gpt2 --workdir runs/bench-warm-gpt2
+	$(BIN)/attnjax bench warm runs/bench-warm-gpt2 $(if $(TORCH_PYTHON),--python $(TORCH_PYTHON)) \
+		--out benchmarks/results/warm-gpt2.json
 	$(BIN)/attnjax bench report --out docs/PERFORMANCE.md
 
 clean:

@@ -18,6 +18,7 @@ import numpy as np
 from attnjax import sharding
 from attnjax.config.kernel import kernel_request
 from attnjax.models import build, family
+from attnjax.programs import kept_call
 from attnjax.registry import MODELS
 
 
@@ -71,9 +72,12 @@ def generate(config, params, prompts, num_tokens: int, *, temperature: float = 1
     anything compiles. ``mesh``: ``params`` are split over it (``sharding.place_parameters``),
     and so are the activations and the KV cache (its heads over ``tensor``)."""
     prompts = check_sampling(config, prompts, num_tokens, temperature, top_k, seed)
-    out = _generation(config, num_tokens, float(temperature), top_k, mesh)(
-        params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
-    return np.asarray(out)
+    settings = (config, num_tokens, float(temperature), top_k)
+    args = (params, jnp.asarray(prompts, jnp.int32), jax.random.key(seed))
+    if mesh is None:      # a later process calls the program this one traces (``programs``)
+        return np.asarray(kept_call(f"generate{settings!r}", _generation(*settings, None),
+                                    *args))
+    return np.asarray(_generation(*settings, mesh)(*args))
 
 
 SEEDS = (0, 2**31 - 1)     # the sampler's seeds, as the config's (``seed``)

@@ -71,6 +71,15 @@ SECTIONS = {
     "startup": ("Per-run overhead", "The same run trained twice, each in a new process, sharing "
                 "a compilation cache that starts empty: seconds per phase and the cache files "
                 "each process added (the second compiles nothing).", None),
+    "warm": ("Warm starts", "`attnjax generate RUN --prompt 'ROMEO:' --tokens 20 "
+             "--temperature 0` twice, each call a new process, sharing a compilation cache "
+             "that starts empty (`attnjax bench warm RUN --python PYTHON`, `warm.json`; "
+             "`warm-<name>.json`: another run): the whole command's wall time, and from "
+             "`--timings` the seconds until the run is loaded and from there to its tokens; "
+             "transformers (run by PYTHON) generating the same tokens from the run's export, "
+             "a new process each time.",
+             [("run", "run"), ("side", "side"), ("call", "call"), ("wall s", "wall_s"),
+              ("run loaded s", "loaded_s"), ("to tokens s", "to_tokens_s")]),
     "memory": ("Training-step memory", "Compiled memory of one training dispatch, in bytes "
                "(`memory.json`: the default config; `memory-<name>.json`: the other configs "
                "`make bench` measures, e.g. a whole step at length 8192 with each kernel).",
@@ -170,6 +179,8 @@ def _rows(name: str, result: dict) -> list[dict]:
                                         ("_analytic", "analytic"))}} for r in rows]
     if name == "torch":
         rows = [*result["attention"], *result["training"]]
+    if name == "warm":
+        rows = [{"run": result["run"], **r} for r in rows]
     if name == "startup":
         rows = [{"process": r["process"], "wall_s": r["wall_s"], **r["seconds"],
                  "new_cache_entries": r["new_cache_entries"]} for r in rows]

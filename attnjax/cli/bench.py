@@ -77,6 +77,13 @@ def _startup(args) -> None:
                           out=args.out)
 
 
+def _warm(args) -> None:
+    from attnjax.bench.warm import run_warm_benchmark
+    if len(args.overrides) != 1:
+        raise ValueError("bench warm takes one RUN_DIR, a run that generates text")
+    run_warm_benchmark(args.overrides[0], args.python, out=args.out)
+
+
 def _patch(args) -> None:
     from attnjax.bench.patch import run_patch_benchmark
     run_patch_benchmark(config_from_arguments(args.overrides), out=args.out)
@@ -89,7 +96,8 @@ def _report(args) -> None:
 
 BENCHMARKS = {"attention": _attention, "train": _train, "sweep": _sweep, "memory": _memory,
               "mesh": _mesh, "context": _context, "torch": _torch, "generate": _generate,
-              "eval": _eval, "startup": _startup, "patch": _patch, "report": _report}
+              "eval": _eval, "startup": _startup, "warm": _warm, "patch": _patch,
+              "report": _report}
 
 
 def _takes_config(args) -> bool:
@@ -97,7 +105,8 @@ def _takes_config(args) -> bool:
     startup a config, sweep one EXPERIMENT.py; report accepts and ignores them."""
     if args.what == "sweep":
         return len(args.overrides) <= 1 and all(o.endswith(".py") for o in args.overrides)
-    return args.what in ("memory", "mesh", "generate", "eval", "startup", "patch", "report")
+    return args.what in ("memory", "mesh", "generate", "eval", "startup", "warm", "patch",
+                         "report")
 
 
 def _bench(args) -> int:
@@ -122,7 +131,9 @@ DESCRIPTION = (
     "PyTorch with fused SDPA, run by --python), generate (a cached decoding step at several "
     "cache fills, full forwards without a cache, and whole generations), eval (forward "
     "tokens/s of an evaluation against tokens per pass), startup (the phases of one run "
-    "trained twice in new processes sharing a compilation cache), patch (capturing named "
+    "trained twice in new processes sharing a compilation cache), warm (attnjax generate on "
+    "a run twice in new processes sharing a compilation cache, and with --python "
+    "transformers generating from its export), patch (capturing named "
     "points against nothing, and 64 interventions batched against a loop) or report "
     "(docs/PERFORMANCE.md from benchmarks/results/*.json).")
 
@@ -136,8 +147,9 @@ def add_bench(commands) -> None:
                        help="what to benchmark: %(choices)s")
     bench.add_argument("overrides", nargs="*", metavar="CONFIG",
                        help="sweep, startup: the experiment (EXPERIMENT.py; startup also "
-                       "takes KEY=VALUE overrides); memory, generate, eval: the model and "
-                       "training config, an experiment file EXPERIMENT.py and/or KEY=VALUE "
+                       "takes KEY=VALUE overrides); warm: a RUN_DIR; memory, generate, eval: "
+                       "the model and training config, an experiment file EXPERIMENT.py "
+                       "and/or KEY=VALUE "
                        "overrides (default: the default config, a width-128, 4-layer "
                        "byte-level model); mesh: the same (default: a Llama-shaped 110M "
                        "model)")
@@ -147,7 +159,9 @@ def add_bench(commands) -> None:
                        "measured (default 0: compiled, not run)")
     bench.add_argument("--python", default=None, metavar="PYTHON",
                        help="torch: a Python interpreter that has torch (it runs the PyTorch "
-                       "side in its own process; it needs neither JAX nor attnjax)")
+                       "side in its own process; it needs neither JAX nor attnjax); warm: one "
+                       "that has torch and transformers (transformers generates from the "
+                       "run's export)")
     bench.add_argument("--meshes", nargs="+", default=None, metavar="MESH",
                        help="mesh: the meshes, each AXIS=SIZE[,AXIS=SIZE] over data, fsdp, "
                        "tensor, data taking the devices left (default: fsdp=1 fsdp=2 fsdp=4 "

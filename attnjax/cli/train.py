@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 
 from attnjax.cli.arguments import (OVERRIDES, add_checkpoint, add_command, check_range,
                                    utf8_text)
@@ -152,12 +153,13 @@ def _text_codec(data):
 
 
 def _generate(args) -> int:
-    from attnjax.beam import beam_generate, beam_translate, check_beams
+    from attnjax.beam import check_beams
     from attnjax.data.seq2seq import seq2seq_specials
-    from attnjax.generate import check_sampling, sample
+    from attnjax.generate import check_sampling
     from attnjax.models import family
     from attnjax.rundir import RunDir
-    from attnjax.translate import check_translation, translate
+    from attnjax.translate import check_translation
+    started = time.perf_counter()
     utf8_text("--prompt", args.prompt)
     run_dir = RunDir(args.workdir)
     config = run_dir.config()
@@ -171,7 +173,7 @@ def _generate(args) -> int:
         prompt, eos = _chat_prompt(run_dir, config, args.prompt)
     if objective == "seq2seq":                  # the prompt is the source, then EOS
         eos = seq2seq_specials(config.model.vocab_size).eos
-        source, _, tokens = check_translation(config, [prompt + [eos]], None,
+        prompt, _, tokens = check_translation(config, [prompt + [eos]], None,
                                               min(args.tokens, config.model.max_length - 1))
     else:
         check_sampling(config, [prompt], args.tokens, args.temperature, args.top_k, args.seed)
@@ -180,27 +182,42 @@ def _generate(args) -> int:
         check_beams(args.beams, args.length_penalty, config, num_tokens=tokens,
                     prompt=1 if objective == "seq2seq" else len(prompt))
     _, params, _ = run_dir.params(args.checkpoint)    # after the checks: nothing loaded yet
+    loaded = time.perf_counter()
+    lines = _generated(args, config, params, objective == "seq2seq", prompt, tokens, eos,
+                       text)
+    done = time.perf_counter()
+    print("\n".join(lines))
+    if args.timings:
+        print(f"timings: run loaded {loaded - started:.3f} s after the command began, its "
+              f"tokens {done - loaded:.3f} s after that", file=sys.stderr)
+    return 0
+
+
+def _generated(args, config, params, seq2seq: bool, prompt, tokens: int, eos,
+               text) -> list[str]:
+    """The lines ``generate`` prints: the hypotheses with their scores (``--beams``), the
+    translation (seq2seq: ``prompt`` is its checked source), the reply (``--chat``) or the
+    prompt with its continuation."""
+    from attnjax.beam import beam_generate, beam_translate
+    from attnjax.generate import sample
+    from attnjax.translate import translate
     if args.beams is not None:
-        found = (beam_translate(config, params, source, None, tokens, beams=args.beams,
-                                alpha=args.length_penalty) if objective == "seq2seq" else
-                 beam_generate(config, params, [prompt], args.tokens, beams=args.beams,
+        found = (beam_translate(config, params, prompt, None, tokens, beams=args.beams,
+                                alpha=args.length_penalty) if seq2seq else
+                 beam_generate(config, params, [prompt], tokens, beams=args.beams,
                                alpha=args.length_penalty, eos=eos))
-        for ids, score, length in zip(found.tokens[0], found.scores[0], found.lengths[0]):
-            shown = (text(ids[:length]) if objective == "seq2seq" or args.chat
-                     else text(prompt + list(ids)))
-            print(f"{score:9.4f}  {shown}")
-        return 0
-    if objective == "seq2seq":
-        print(text(translate(config, params, source, None, tokens)[0]))
-        return 0
-    tokens = [int(t) for t in sample(config, params, prompt, args.tokens,
+        return [f"{score:9.4f}  " + (text(ids[:length]) if seq2seq or args.chat
+                                     else text(prompt + list(ids)))
+                for ids, score, length in zip(found.tokens[0], found.scores[0],
+                                              found.lengths[0])]
+    if seq2seq:
+        return [text(translate(config, params, prompt, None, tokens)[0])]
+    tokens = [int(t) for t in sample(config, params, prompt, tokens,
                                      temperature=args.temperature, top_k=args.top_k,
                                      seed=args.seed)]
     if args.chat:                               # the reply alone, up to the end of its turn
-        print(text(tokens[:tokens.index(eos)] if eos in tokens else tokens))
-        return 0
-    print(text(prompt + tokens))
-    return 0
+        return [text(tokens[:tokens.index(eos)] if eos in tokens else tokens)]
+    return [text(prompt + tokens)]
 
 
 def _chat_prompt(run_dir, config, prompt: str) -> tuple[list[int], int | None]:
@@ -251,5 +268,9 @@ def add_generate(commands) -> None:
     generate.add_argument("--length-penalty", type=float, default=0.6, metavar="A",
                           help="beam search: scores are log P / ((5 + L) / 6)^A, GNMT's length "
                           "penalty (default: %(default)s)")
+    generate.add_argument("--timings", action="store_true",
+                          help="print to stderr the seconds until the run is loaded and from "
+                          "there to its tokens (a second call loads its program and its "
+                          "compilation from the caches: attnjax bench warm)")
     add_checkpoint(generate)
     generate.set_defaults(run=_generate)
