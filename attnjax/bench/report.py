@@ -77,7 +77,9 @@ SECTIONS = {
              "`warm-<name>.json`: another run): the whole command's wall time, and from "
              "`--timings` the seconds until the run is loaded and from there to its tokens; "
              "transformers (run by PYTHON) generating the same tokens from the run's export, "
-             "a new process each time.",
+             "a new process each time. `make bench`: runs/bench-warm is experiments/baseline.py "
+             "trained 10 steps, runs/bench-warm-gpt2 the tiny GPT-2 test fixture imported "
+             "(with TORCH_PYTHON set, transformers from its export).",
              [("run", "run"), ("side", "side"), ("call", "call"), ("wall s", "wall_s"),
               ("run loaded s", "loaded_s"), ("to tokens s", "to_tokens_s")]),
     "memory": ("Training-step memory", "Compiled memory of one training dispatch, in bytes "
