@@ -28,6 +28,7 @@ from attnjax.data.chat import read_chat, render_chat
 from attnjax.data.encoder import mlm_specials
 from attnjax.data.text import TextCorpus
 from attnjax.data.tokenizer import TextTokenizer
+from attnjax.generate import sample
 from attnjax.models import build
 from attnjax.pretrained import load_pretrained
 from attnjax.pretrained.run import import_run, sha256
@@ -119,13 +120,16 @@ def test_masked_language_batches_use_the_tokenizers_special_tokens(imported, tmp
 
 
 def test_generate_continues_the_text_as_greedy_full_forward_passes_do(imported, capsys):
+    """Each generated token is the argmax of a full forward pass over the prompt and the
+    tokens before it: one causal pass over the whole text gives every such pass's last
+    logits at once."""
     config, params, _ = imported["gpt2"].params()
     tokenizer = TextTokenizer(FIXTURES / "gpt2" / "tokenizer.json")
-    ids = list(tokenizer.encode("The dog"))
-    model = build(config.model)
-    for _ in range(6):                               # the reference: argmax of full passes
-        logits, _ = model.apply({"params": params}, np.asarray([ids]))
-        ids.append(int(np.argmax(logits[0, -1])))
+    prompt = list(tokenizer.encode("The dog"))
+    ids = prompt + sample(config, params, prompt, 6, temperature=0.0)
+    logits, _ = build(config.model).apply({"params": params}, np.asarray([ids]))
+    np.testing.assert_array_equal(ids[len(prompt):],
+                                  np.argmax(logits[0, len(prompt) - 1:-1], axis=-1))
     code, out, err = run_cli(capsys, "generate", str(imported["gpt2"].path), "--prompt",
                              "The dog", "--tokens", "6", "--temperature", "0")
     assert code == 0, err
