@@ -32,6 +32,7 @@ import jaxlib
 import numpy as np
 
 SUBDIRECTORY = "attnjax-programs"     # beside the compiled executables, in the cache directory
+KEPT_IN_PROCESS = 32                  # programs this process holds, the least recent dropped
 _CALLS: dict[str, object] = {}        # this process's programs by digest, each jitted once
 
 
@@ -85,7 +86,7 @@ def kept_call(key: str, fn, *args):
     if directory is None:
         return fn(*args)
     digest = _digest(key, args)
-    call = _CALLS.get(digest)
+    call = _CALLS.pop(digest, None)
     if call is None:
         path = directory / f"{digest}.jaxexport"
         exported = _read(path)
@@ -94,5 +95,8 @@ def kept_call(key: str, fn, *args):
                                                                 jax.typeof(x).dtype), args)
             exported = jax.export.export(fn)(*specs)
             _write(path, exported)
-        call = _CALLS[digest] = jax.jit(exported.call)
+        call = jax.jit(exported.call)
+    _CALLS[digest] = call                     # the most recent last
+    while len(_CALLS) > KEPT_IN_PROCESS:
+        del _CALLS[next(iter(_CALLS))]
     return call(*args)

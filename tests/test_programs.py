@@ -54,6 +54,15 @@ def test_a_later_process_calls_the_kept_program_without_tracing(cache):
     assert not list(cache.glob("*.tmp"))
 
 
+def test_this_process_holds_the_most_recent_programs(cache, monkeypatch):
+    monkeypatch.setattr(programs, "KEPT_IN_PROCESS", 2)
+    fn, _ = counted()
+    for n in (2, 3, 4, 2):
+        programs.kept_call("f", fn, *arguments(n))
+    assert len(programs._CALLS) == 2
+    assert list(programs._CALLS) == [programs._digest("f", arguments(n)) for n in (4, 2)]
+
+
 def test_attnjax_source_is_part_of_the_key(cache, monkeypatch):
     fn, _ = counted()
     programs.kept_call("f", fn, *arguments())
