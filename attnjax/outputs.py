@@ -13,6 +13,7 @@ line shows that line instead of a traceback (``FileExistsError``, ``NotADirector
   prints after its results instead of failing (see ``attnjax eval``).
 - ``staged_directory``: a directory written whole or not at all (an imported run, an
   exported model): written in a staging directory beside it and renamed into place.
+- ``write_atomic``: a file written whole or not at all, through a temporary file beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ import threading
 from pathlib import Path
 
 from attnjax.interrupts import raise_interrupt
+
+
+def write_atomic(path: str | Path, data: bytes, tmp_suffix: str = ".tmp") -> None:
+    """Write ``data`` to ``path`` through ``path`` + ``tmp_suffix`` and ``os.replace``: a
+    reader, or a process killed midway, sees the old file or the new one, never part of one
+    (writers in several processes at once each need a suffix of their own)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + tmp_suffix)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:       # a full disk, a directory in the way: no stray half file
+        with contextlib.suppress(OSError):       # (a read-only one refuses the unlink too)
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 class NotSavedError(ValueError):

@@ -31,6 +31,8 @@ import jax
 import jaxlib
 import numpy as np
 
+from attnjax.outputs import write_atomic
+
 SUBDIRECTORY = "attnjax-programs"     # beside the compiled executables, in the cache directory
 KEPT_IN_PROCESS = 32                  # programs this process holds, the least recent dropped
 _CALLS: dict[str, object] = {}        # this process's programs by digest, each jitted once
@@ -68,16 +70,12 @@ def _read(path: Path):
 
 
 def _write(path: Path, exported) -> None:
-    """``exported`` serialized at ``path`` atomically; a cache that cannot be written keeps
-    nothing (the call goes on)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
+    """``exported`` serialized at ``path`` atomically, through a temporary file of this
+    process's (another may write the same program at once); a cache that cannot be written
+    keeps nothing (the call goes on)."""
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(exported.serialize())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        write_atomic(path, exported.serialize(), f".{os.getpid()}.tmp")
 
 
 def kept_call(key: str, fn, *args):

@@ -39,7 +39,7 @@ from attnjax import locks
 from attnjax.checkpoint import Checkpoints
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.config.mesh import PLACEMENT
-from attnjax.outputs import saving
+from attnjax.outputs import saving, write_atomic
 from attnjax.userfiles import read_json
 
 WHICH = ("best", "latest")              # the checkpoints ``RunDir.params`` can load
@@ -57,17 +57,8 @@ ABSENT = _Absent()      # the value of a key one of two compared dicts does not 
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: a reader, or a
-    process killed midway, sees the old file or the new one, never part of one."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:       # a full disk, a directory in the way: no stray half file
-        with contextlib.suppress(OSError):       # (a read-only one refuses the unlink too)
-            tmp.unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` atomically (``attnjax.outputs.write_atomic``)."""
+    write_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | Path, data) -> None:

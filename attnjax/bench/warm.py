@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 from attnjax.bench.common import write_json
+from attnjax.pretrained.export import export_run
 
 PROMPT, TOKENS, CALLS = "ROMEO:", 20, 2
 HF_WORKER = Path(__file__).with_name("hf_generate.py")
-TIMINGS = re.compile(r"timings: run loaded ([\d.]+) s .*its tokens ([\d.]+) s")
+TIMINGS = re.compile(r"timings: run checked and loaded in ([\d.]+) s, its tokens ([\d.]+) s")
 
 
-def _timed(command: list[str], env: dict) -> tuple[float, str, str]:
+def _timed(command: list[str], env: dict | None = None) -> tuple[float, str, str]:
     """``(wall seconds, stdout, stderr)`` of ``command``; a failure is one line."""
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -55,15 +56,12 @@ def attnjax_rows(run: str, prompt: str, tokens: int, cache: Path,
     return rows
 
 
-def transformers_rows(python: str, run: str, prompt: str, tokens: int,
-                      scratch: Path) -> list[dict]:
-    """``CALLS`` processes of transformers generating from the export of ``run``."""
-    from attnjax.pretrained.export import export_run
-    export_run(run, scratch / "exported")
-    command = [python, str(HF_WORKER), str(scratch / "exported"), prompt, str(tokens)]
+def transformers_rows(python: str, exported: Path, prompt: str, tokens: int) -> list[dict]:
+    """``CALLS`` processes of transformers generating from ``exported`` (a run's export)."""
+    command = [python, str(HF_WORKER), str(exported), prompt, str(tokens)]
     rows = []
     for call in range(1, CALLS + 1):
-        wall, out, _ = _timed(command, {**os.environ})
+        wall, out, _ = _timed(command)
         rows.append({"side": "transformers", "call": call, "wall_s": wall,
                      "text": out.rstrip("\n")})
     return rows
@@ -73,9 +71,12 @@ def run_warm_benchmark(run: str, python: str | None = None, prompt: str = PROMPT
                        tokens: int = TOKENS, out: str | None = None) -> list[dict]:
     """The module docstring's rows, printed as a table and written to ``out``."""
     with tempfile.TemporaryDirectory() as scratch:
+        exported = Path(scratch) / "exported"
+        if python is not None:        # a run no architecture expresses: refused before timing
+            export_run(run, exported)
         rows = attnjax_rows(run, prompt, tokens, Path(scratch) / "cache")
         if python is not None:
-            rows += transformers_rows(python, run, prompt, tokens, Path(scratch))
+            rows += transformers_rows(python, exported, prompt, tokens)
     same = len({r["text"] for r in rows}) == 1
     print(f"{run}: generate --prompt {prompt!r} --tokens {tokens}, greedy, each call a new "
           "process (one compilation cache, empty at first)")

@@ -188,8 +188,8 @@ def _generate(args) -> int:
     done = time.perf_counter()
     print("\n".join(lines))
     if args.timings:
-        print(f"timings: run loaded {loaded - started:.3f} s after the command began, its "
-              f"tokens {done - loaded:.3f} s after that", file=sys.stderr)
+        print(f"timings: run checked and loaded in {loaded - started:.3f} s, its tokens "
+              f"{done - loaded:.3f} s after that", file=sys.stderr)
     return 0
 
 

@@ -231,9 +231,9 @@ def export_run(workdir: str | Path, out: str | Path, which: str = "best") -> Exp
     imported = (run.imported() or {}).get("model_type")
     kinds = candidates(config.model, imported)
     fitting, reason = choose(config.model, kinds)       # refused before anything is read
+    chat = read_chat(run.path)
     _, params, step = run.params(which)
-    exported = export_model(config.model, params, out, fitting, config.data.tokenizer,
-                            read_chat(run.path))
+    exported = export_model(config.model, params, out, fitting, config.data.tokenizer, chat)
     if exported.kind == imported:
         reason = "the architecture it was imported from"
     elif exported.reason:
