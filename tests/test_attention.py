@@ -828,7 +828,7 @@ class JitVariantsTest(chex.TestCase):
     """The same call with and without jit (chex.variants) against the float64 oracle."""
 
     @chex.variants(with_jit=True, without_jit=True)
-    @parameterized.parameters("reference", "chunked")
+    @parameterized.parameters("reference", "chunked", "flash")
     def test_matches_oracle(self, name):
         q, k, v = qkv(T=9, K=2)
         lengths = np.array([9, 5], np.int32)
@@ -855,7 +855,8 @@ k = rng.normal(size=(4, 16, 2, 8)).astype(np.float32)
 v = rng.normal(size=(4, 16, 2, 8)).astype(np.float32)
 lengths = np.array([16, 9, 12, 5], np.int32)
 failed = []
-for name, opts in [("reference", {}), ("chunked", dict(block_q=4, block_k=5))]:
+for name, opts in [("reference", {}), ("chunked", dict(block_q=4, block_k=5)),
+                   ("flash", dict(block_q=4, block_k=5))]:
     try:
         fn = jax.jit(lambda q, k, v, n, name=name, opts=opts: dot_product_attention(
             q, k, v, is_causal=True, key_value_seq_lengths=n, implementation=name, **opts))

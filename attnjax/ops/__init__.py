@@ -2,6 +2,7 @@
 
 from attnjax.ops import chunked, triangular, xla, linear, masked_fill  # noqa: F401  (in order)
 from attnjax.ops import context  # noqa: F401  (ring and allgather run chunked on one device)
+from attnjax.ops import flash  # noqa: F401  (after context, whose bias closure it uses)
 from attnjax.ops.attention import (OPTIONS, Dropout, KernelSpec, check_kernel_supports,
                                    dot_product_attention, dropout_keep, requested_options)
 from attnjax.ops.chunked import chunked_attention

@@ -597,7 +597,7 @@ def _like(plan: _Plan, x, other):
     return jax.sharding.reshard(x, jax.typeof(other).sharding.spec)
 
 
-def _bias_function(bias, q_positions, kv_positions, block_q: int, block_k: int):
+def closed_bias(bias, q_positions, kv_positions, block_q: int, block_k: int):
     """``(bias(q_pos, k_pos, *consts), consts)``: a bias function of positions with every
     array it closes over (a T5 table, ALiBi slopes) made an explicit argument, so its
     gradient crosses the custom VJP and the arrays cross shard_map. It is traced once, here,
@@ -648,7 +648,7 @@ def context_attention(strategy: str, query, key, value, *, bias, mask, scale, lo
     mask = mask._replace(**{name: jnp.atleast_2d(getattr(mask, name))
                             for name in ("q_positions", "kv_positions")
                             if getattr(mask, name) is not None})
-    bias_fn, consts = _bias_function(bias, mask.q_positions, mask.kv_positions, plan_q, plan_k)
+    bias_fn, consts = closed_bias(bias, mask.q_positions, mask.kv_positions, plan_q, plan_k)
     traced = dropout is not None and isinstance(dropout.rate, jax.core.Tracer)
     plan = _Plan(strategy, mesh, axis, n, chosen == "zigzag", T, S, plan_q, plan_k,
                  mask.is_causal, mask.window, mask.causal_block_size, logit_soft_cap, bias_fn,
