@@ -9,7 +9,7 @@ timed in ``peer.ROUNDS`` rounds of the same work, the first side alternating; a 
 median of the rounds' ``attnjax / torch`` (above 1: attnjax faster).
 
 - Training: the decoder settings of ``attnjax bench train`` (a, b, c: learned positions, the
-  ``triangular`` kernel) at 1 and 10 steps per dispatch (``default``: the one attnjax chooses,
+  ``flash`` kernel) at 1 and 10 steps per dispatch (``default``: the one attnjax chooses,
   ``train.dispatch_steps``); PyTorch trains eagerly with fused
   ``scaled_dot_product_attention`` whatever the dispatch (it has none).
 - Attention: float32 ``[B, T, 8, 32]``, causal, ``sum(out)`` differentiated with respect to q,
@@ -40,7 +40,7 @@ from attnjax.ops import dot_product_attention
 
 WORKER = Path(__file__).with_name("torch_gpt.py")
 LENGTHS = (256, 1024, 4096)
-ATTENTION_KERNELS = ("triangular", "chunked", "reference")
+ATTENTION_KERNELS = ("flash", "triangular", "chunked", "reference")
 DISPATCHES = (1, 10)
 
 
@@ -76,14 +76,16 @@ def _ask_seconds(worker: TorchWorker, what: str, argument) -> float:
 
 def _attention_step(kernel: str, q):
     """attnjax's causal attention forward and backward at ``q``'s shape, compiled: a function
-    of no arguments returning its seconds."""
-    grad = jax.jit(jax.grad(lambda q, k, v: dot_product_attention(
+    of no arguments returning its seconds. The output's sum is returned beside the gradients,
+    as PyTorch computes it, so that a kernel that recomputes its forward pass in the backward
+    one (``chunked``) cannot have the compiler drop the forward pass."""
+    step = jax.jit(jax.value_and_grad(lambda q, k, v: dot_product_attention(
         q, k, v, is_causal=True, implementation=kernel).sum(), argnums=(0, 1, 2)))
-    jax.block_until_ready(grad(q, q, q))
+    jax.block_until_ready(step(q, q, q))
 
     def run() -> float:
         began = time.perf_counter()
-        jax.block_until_ready(grad(q, q, q))
+        jax.block_until_ready(step(q, q, q))
         return time.perf_counter() - began
     return run
 

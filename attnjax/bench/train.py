@@ -20,11 +20,11 @@ def train_settings() -> dict:
     batch 4; (d) (b)'s size as a BERT-style encoder on masked-language modelling (sentence
     pairs, segment and embedding norm, the ``reference`` kernel: bidirectional attention has
     no masked half to skip). Learned absolute positions, as the plain Flax peer has
-    (``attnjax.bench.peer``), and for the decoders the ``triangular`` kernel, attnjax's
-    fastest exact one for causal training (the default ``reference`` kernel computes the
+    (``attnjax.bench.peer``), and for the decoders the ``flash`` kernel, attnjax's fastest
+    exact one for causal training on the CPU (the default ``reference`` kernel computes the
     masked half of the scores as the peer does)."""
     common = {"data.task": "text", "model.vocab_size": 256, "model.num_layers": 4,
-              "model.position.kind": "learned", "model.attention.kernel": "triangular"}
+              "model.position.kind": "learned", "model.attention.kernel": "flash"}
     a = {**common, "model.d_model": 256, "model.attention.num_heads": 8, "model.max_length": 256,
          "data.length": 256, "train.batch_size": 16}
     b = {**common, "model.d_model": 128, "model.attention.num_heads": 4, "model.max_length": 64,
