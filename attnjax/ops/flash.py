@@ -91,10 +91,14 @@ class _Plan(NamedTuple):
     def k_tiles(self) -> range:
         return range(0, _padded(self.S, self.block_k), self.block_k)
 
-    def kind(self, q_start: int, k_start: int) -> str:
-        """``hidden``, ``full`` or ``mixed``: what the static mask shows of a tile."""
-        if self.positions_given:
-            return MIXED
+    @property
+    def static_mask(self) -> bool:
+        """Whether the mask is known when tracing: no lengths, segment ids or positions."""
+        return not (self.dynamic_mask or self.positions_given)
+
+    def seen(self, q_start: int, k_start: int) -> np.ndarray:
+        """bool ``[1, 1, bq, bk]``: what the static parts of the mask (causal, window,
+        block-causal, the keys' length) show of a tile, positions being the indices."""
         q = np.arange(q_start, q_start + self.block_q)[None]
         k = np.arange(k_start, k_start + self.block_k)[None]
         seen = (k < self.S)[:, None, None, :] & np.ones((1, 1, q.size, 1), bool)
@@ -105,7 +109,14 @@ class _Plan(NamedTuple):
                 seen = seen & np.asarray(sliding_window_mask(q, k, *self.window))
             if self.causal_block_size is not None:
                 seen = seen & np.asarray(block_causal_mask(q, k, self.causal_block_size))
-        rows = seen[..., q[0] < self.T, :]
+        return seen
+
+    def kind(self, q_start: int, k_start: int) -> str:
+        """``hidden``, ``full`` or ``mixed``: what the static mask shows of a tile."""
+        if self.positions_given:
+            return MIXED
+        rows = self.seen(q_start, k_start)[..., np.arange(q_start, q_start + self.block_q)
+                                           < self.T, :]
         if not rows.any():
             return HIDDEN
         return MIXED if self.dynamic_mask or not rows.all() else FULL
@@ -164,7 +175,10 @@ def _tile(tiles, index):
 
 
 def _visible(plan: _Plan, grp: _Group, q_start, k_start) -> jax.Array:
-    """bool ``[g|1, 1, bq, bk]``: the mask of a tile, the padded keys hidden."""
+    """bool ``[g|1, 1, bq, bk]``: the mask of a tile, the padded keys hidden (a constant
+    when the mask is static and the tile's place known)."""
+    if plan.static_mask and isinstance(q_start, int) and isinstance(k_start, int):
+        return jnp.asarray(plan.seen(q_start, k_start))
     bq, bk = plan.block_q, plan.block_k
     inside = (k_start + jnp.arange(bk) < plan.S)[None, None, None, :]
     shown = grp.mask.block(q_start, bq, k_start, bk)
@@ -255,9 +269,10 @@ def _backward_group(plan: _Plan, grp: _Group, q, k, v, lse, delta, d_out, d_cons
     dks, dvs = [], []
     q, d_out = _tiles(q, plan.block_q), _tiles(d_out, plan.block_q)
     lse, delta = (_tiles(x[..., None], plan.block_q)[..., 0] for x in (lse, delta))
-    for k_start in plan.k_tiles:
-        k_tile, v_tile = (x[:, :, k_start:k_start + plan.block_k] for x in (k, v))
-        k_tile_t = jnp.swapaxes(k_tile, 2, 3)
+    k, v = _tiles(k, plan.block_k), _tiles(v, plan.block_k)
+    k_t = jnp.swapaxes(k, -1, -2)                               # [nk, g, N, H, bk]
+    for j, k_start in enumerate(plan.k_tiles):
+        k_tile, v_tile, k_tile_t = k[j], v[j], k_t[j]
 
         def step(i, kind, carry, k_start=k_start, k_tile=k_tile, v_tile=v_tile,
                  k_tile_t=k_tile_t):
