@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import jax
@@ -31,6 +32,13 @@ def quick_compile_flags(flags: str | None, level: int = QUICK_LEVEL) -> str:
     if "xla_backend_optimization_level" in flags:
         return flags
     return f"{flags} --xla_backend_optimization_level={level}".strip()
+
+
+def flags_level() -> int | None:
+    """XLA's CPU optimisation level that this process's ``XLA_FLAGS`` choose, None if they
+    choose none."""
+    match = re.search(r"--xla_backend_optimization_level=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(match.group(1)) if match else None
 
 
 @contextlib.contextmanager

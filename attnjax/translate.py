@@ -55,6 +55,22 @@ def start(config, params, encoded, source_mask, rows: int):
     return cache["cache"], logits
 
 
+@functools.lru_cache(maxsize=16)
+def compiled_encode(config):
+    """``encode`` of ``config`` as one compiled program ``(params, source, source_mask) ->
+    encoded``, for callers outside a compiled decoding loop (a step-by-step loop, a
+    benchmark): op by op, the encoder would compile each of its operations alone."""
+    return jax.jit(functools.partial(encode, config))
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_start(config, rows: int):
+    """``start`` of ``config`` for ``rows`` target sequences as one compiled program
+    ``(params, encoded, source_mask) -> (cache, logits)`` (see ``compiled_encode``)."""
+    return jax.jit(lambda params, encoded, source_mask: start(config, params, encoded,
+                                                              source_mask, rows))
+
+
 def decode_step(config, recompute: bool = False):
     """``step(params, cache, tokens, encoded, source_mask) -> (cache, logits [rows, T,
     vocab])``: ``tokens`` ``[rows, T]`` placed after those the cache holds. With the static

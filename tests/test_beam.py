@@ -20,7 +20,7 @@ from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.generate import generate
 from attnjax.models import build
 from attnjax.train.state import init_params
-from attnjax.translate import encode, start, translate
+from attnjax.translate import compiled_encode, compiled_start, translate
 from attnjax.train import train
 from helpers import TINY_INDUCTION, TINY_SEQ2SEQ, raises_one_line, run_cli, tiny_config
 
@@ -127,10 +127,10 @@ def seq2seq_setup(**overrides):
 
 def teacher_forced(config, params, batch, tokens, lengths):
     """``log P`` of each hypothesis ``tokens`` ``[B, K, N]`` (the first ``lengths`` tokens)
-    given its source, from one full forward pass."""
+    given its source, from one full forward pass (compiled)."""
     B, K, N = tokens.shape
     inputs = np.concatenate([np.full((B, K, 1), SPECIALS.bos), tokens[..., :-1]], -1)
-    logits = build(config.model).apply(
+    logits = jax.jit(build(config.model).apply)(
         {"params": params}, inputs.reshape(B * K, N),
         source=np.repeat(batch["source"], K, 0),
         source_mask=np.repeat(batch["source_mask"], K, 0))[0]
@@ -171,8 +171,8 @@ def test_decoder_beams_score_their_continuations():
     prompts = np.arange(10).reshape(2, 5) % 12
     found = beam_generate(config, params, prompts, 6, beams=4, alpha=0.6)
     full = np.concatenate([np.repeat(prompts[:, None], 4, 1), found.tokens], -1).reshape(8, 11)
-    logp = np.asarray(jax.nn.log_softmax(build(config.model).apply({"params": params}, full)[0]),
-                      np.float64)
+    logits = jax.jit(build(config.model).apply)({"params": params}, full)[0]
+    logp = np.asarray(jax.nn.log_softmax(logits), np.float64)
     picked = np.take_along_axis(logp[:, 4:-1], full[:, 5:, None], -1)[..., 0].sum(-1)
     np.testing.assert_allclose(found.scores.reshape(-1), picked / length_penalty(6, 0.6),
                                rtol=1e-5, atol=1e-5)
@@ -184,8 +184,8 @@ def test_beams_share_the_cross_cache_and_a_broken_slot_contaminates_them():
     slot per beam; beam search whose slots stay put while beams change parents (each beam
     then attends to another beam's tokens) scores its hypotheses wrongly."""
     config, params, batch = seq2seq_setup()
-    encoded = encode(config, params, batch["source"], batch["source_mask"])
-    cache, _ = start(config, params, encoded, batch["source_mask"], 3 * 4)
+    encoded = compiled_encode(config)(params, batch["source"], batch["source_mask"])
+    cache, _ = compiled_start(config, 3 * 4)(params, encoded, batch["source_mask"])
     assert cache["block_0"]["cross_attention"]["cross_key"].shape[0] == 3
     assert cache["block_0"]["attention"]["cached_key"].shape[0] == 12
     for reorder, right in ((reorder_cache, True), (lambda cache, rows: cache, False)):

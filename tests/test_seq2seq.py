@@ -17,8 +17,8 @@ from attnjax.registry import KERNELS
 from attnjax.rundir import RunDir
 from attnjax.train import train
 from attnjax.train.state import init_params
-from attnjax.translate import (decode_step, decoded_logits, encode, exact_matches, start,
-                               translate)
+from attnjax.translate import (compiled_encode, compiled_start, decode_step, decoded_logits,
+                               exact_matches, translate)
 from helpers import TINY_SEQ2SEQ, raises_one_line, tiny_config
 
 SPECIALS = seq2seq_specials(12)                  # PAD 9, BOS 10, EOS 11
@@ -172,13 +172,13 @@ def test_the_static_cross_cache_gives_the_logits_of_recomputing_it(kernel):
     recomputed at every step, and the teacher-forced forward agree within 1e-5."""
     config, model, params = model_and_params(**{"model.attention.kernel": kernel})
     batch = batch_of(batch_size=4)
-    full = model.apply({"params": params}, batch["inputs"], source=batch["source"],
-                       source_mask=batch["source_mask"])[0]
-    encoded = encode(config, params, batch["source"], batch["source_mask"])
+    full = jax.jit(model.apply)({"params": params}, batch["inputs"], source=batch["source"],
+                                source_mask=batch["source_mask"])[0]
+    encoded = compiled_encode(config)(params, batch["source"], batch["source_mask"])
     decoded = {}
     for recompute in (False, True):
         step = jax.jit(decode_step(config, recompute))
-        cache, first = start(config, params, encoded, batch["source_mask"], 4)
+        cache, first = compiled_start(config, 4)(params, encoded, batch["source_mask"])
         filled = jax.tree.map(np.asarray, cache)
         logits = [first]
         for t in range(1, 12):
@@ -208,8 +208,8 @@ def test_a_frozen_self_attention_cache_lets_each_token_see_bos_and_itself():
     token from the cache as it was after BOS, at the token's own position (the counter set)."""
     config, _, params = model_and_params()
     batch = batch_of(batch_size=3)
-    encoded = encode(config, params, batch["source"], batch["source_mask"])
-    after_bos, logits = start(config, params, encoded, batch["source_mask"], 3)
+    encoded = compiled_encode(config)(params, batch["source"], batch["source_mask"])
+    after_bos, logits = compiled_start(config, 3)(params, encoded, batch["source_mask"])
     step = jax.jit(decode_step(config))
     tokens = [np.argmax(logits[:, -1], -1)]
     cache, unfrozen = after_bos, [tokens[0]]                # the same step, the cache kept

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 
 from attnjax.bench.common import write_json
-from attnjax.bench.memory import BUFFERS_ONLY
+from attnjax.bench.memory import compile_buffers_only
 from attnjax.bench.mesh import collective_bytes
 from attnjax.config import Config, apply_overrides
 from attnjax.data import load_dataset
@@ -43,8 +43,8 @@ def step_row(config: Config, devices) -> dict:
     ``devices`` (compiled, not run)."""
     runner = Runner(config, load_dataset(config.data), devices)
     state = runner.abstract(jax.eval_shape(lambda: init_state(config)))
-    compiled = runner.lower(state, hyper.as_arrays([config], stacked=False)).compile(
-        compiler_options=BUFFERS_ONLY)
+    lowered = runner.lower(state, hyper.as_arrays([config], stacked=False))
+    compiled = compile_buffers_only(lowered)
     stats = compiled.memory_analysis()
     sent = collective_bytes(compiled.as_text())
     return {"peak_bytes": (stats.argument_size_in_bytes + stats.output_size_in_bytes

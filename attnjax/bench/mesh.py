@@ -35,7 +35,7 @@ import numpy as np
 from attnjax import sharding
 from attnjax.sharding import mesh_overrides
 from attnjax.bench.common import write_json
-from attnjax.bench.memory import BUFFERS_ONLY, tree_bytes
+from attnjax.bench.memory import compile_buffers_only, tree_bytes
 from attnjax.config import Config, apply_overrides
 from attnjax.data import load_dataset
 from attnjax.train import hyper
@@ -126,7 +126,7 @@ def mesh_row(config: Config, run_steps: int = 0) -> dict:
         config.seed, 0, config.train.batch_size, config.data.length, "train")
     lowered = runner.lower(abstract, values, host)
     began = time.perf_counter()
-    compiled = lowered.compile(compiler_options=BUFFERS_ONLY)
+    compiled = compile_buffers_only(lowered)
     compile_s = time.perf_counter() - began
     stats = compiled.memory_analysis()
     sizes = runner.layout.sizes

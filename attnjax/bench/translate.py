@@ -29,7 +29,7 @@ from attnjax.bench.common import median_seconds, write_json
 from attnjax.config import Config
 from attnjax.data.seq2seq import seq2seq_specials
 from attnjax.train.state import init_params
-from attnjax.translate import decode_step, encode, start, translate
+from attnjax.translate import compiled_encode, compiled_start, decode_step, translate
 
 
 def _source(config: Config, batch: int, length: int) -> jax.Array:
@@ -44,8 +44,8 @@ def cross_cache_seconds(config: Config, source_length: int, steps: int, *, batch
     a source of ``source_length`` tokens."""
     params, source = init_params(config), _source(config, batch, source_length)
     mask = jnp.ones(source.shape, bool)
-    encoded = jax.jit(lambda p, s, m: encode(config, p, s, m))(params, source, mask)
-    cache, _ = jax.jit(lambda p, e, m: start(config, p, e, m, batch))(params, encoded, mask)
+    encoded = compiled_encode(config)(params, source, mask)
+    cache, _ = compiled_start(config, batch)(params, encoded, mask)
     tokens = _source(config, batch, steps).T[:, :, None]          # [steps, B, 1]
 
     def decoding(recompute: bool):

@@ -21,19 +21,21 @@ place 002's fix puts it).
 by NaN, +inf or -inf (through ``bias``), in the reference and the unsafe kernel: NaN in that
 output row and in the other rows.
 
-Left open: to fit the op-level budget (eager compilation dominates: ~15 s of CPU for the
-DecoderLM's first initialisation and gradient, 1-4 s for each further dtype or qk-norm), the
-model settings change one factor at a time rather than as a full product, and only for
-``MultiHeadAttention`` (7 settings x 3 masks); the DecoderLM runs the base setting with the
-three masks. (b) "removes it" is judged on
-every setting that gave NaN in (a) (none: untestable, not reached here). (c) "makes its row
-NaN" means every entry of that query's output row of that head is NaN, in both kernels, for
-NaN and for +inf (-inf is reported).
+Each setting's initialisation, forward pass and gradient are compiled programs (jit), which
+return whether NaN appeared.
+
+Left open: to fit the op-level budget (compilation dominates), the model settings change one
+factor at a time rather than as a full product, and only for ``MultiHeadAttention`` (7
+settings x 3 masks); the DecoderLM runs the base setting with the three masks. (b) "removes
+it" is judged on every setting that gave NaN in (a) (none: untestable, not reached here).
+(c) "makes its row NaN" means every entry of that query's output row of that head is NaN, in
+both kernels, for NaN and for +inf (-inf is reported).
 
     attnjax audit experiments/claims --workdir runs/claims --only MK8
 """
 
 import contextlib
+import functools
 
 import flax.linen as nn
 import jax
@@ -92,8 +94,11 @@ def _nan_to_num_qk(next_fun, args, kwargs, context):
     return out
 
 
-def _has_nan(tree) -> bool:
-    return any(bool(jnp.isnan(jnp.asarray(x, jnp.float32)).any()) for x in jax.tree.leaves(tree))
+def _has_nan(tree) -> jax.Array:
+    """Whether any leaf of ``tree`` holds a NaN, as a boolean scalar (computed inside the
+    compiled programs of ``nan_report``)."""
+    return jnp.stack([jnp.isnan(jnp.asarray(x, jnp.float32)).any()
+                      for x in jax.tree.leaves(tree)]).any()
 
 
 def _objective(cfg: ModelConfig, module: str):
@@ -102,7 +107,7 @@ def _objective(cfg: ModelConfig, module: str):
     if module == "MultiHeadAttention":
         mha, x = MultiHeadAttention(cfg), jnp.zeros((B, T, WIDTH))
         positions = jnp.arange(T)[None]
-        params = mha.init(jax.random.key(0), x, positions)["params"]
+        params = jax.jit(mha.init)(jax.random.key(0), x, positions)["params"]
         g = jnp.asarray(rng.standard_normal((B, T, WIDTH)), jnp.float32)
 
         def loss(params, x):
@@ -111,7 +116,7 @@ def _objective(cfg: ModelConfig, module: str):
         return loss, params, x
     model = build(cfg)
     tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (B, T)))
-    params = model.init(jax.random.key(0), tokens)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), tokens)["params"]
     params = {**params, "embed": {"embedding": jnp.zeros_like(params["embed"]["embedding"])}}
     batch = {"targets": tokens[:, 1:], "weights": jnp.ones((B, T - 1))}
 
@@ -124,14 +129,18 @@ def _objective(cfg: ModelConfig, module: str):
 
 def nan_report(cfg: ModelConfig, module: str, fix: bool = False) -> dict:
     """Whether the output, the loss and the gradients contain NaN (gradients are taken only
-    when the forward pass is finite: a NaN loss already decides the setting)."""
+    when the forward pass is finite: a NaN loss already decides the setting). The forward pass
+    and the gradient are each one compiled program, traced inside the ``fix`` interceptor."""
     loss, params, x = _objective(cfg, module)
+    argnums = (0, 1) if module == "MultiHeadAttention" else 0
+    forward = jax.jit(lambda params, x: tuple(map(_has_nan, loss(params, x))))
+    gradient = jax.jit(lambda params, x: _has_nan(
+        jax.grad(lambda *a: loss(*a)[0], argnums)(params, x)))
     with nn.intercept_methods(_nan_to_num_qk) if fix else contextlib.nullcontext():
-        value, out = loss(params, x)
-        report = {"output": _has_nan(out), "loss": _has_nan(value)}
+        value, out = forward(params, x)
+        report = {"output": bool(out), "loss": bool(value)}
         if not (report["output"] or report["loss"]):
-            argnums = (0, 1) if module == "MultiHeadAttention" else 0
-            report["gradients"] = _has_nan(jax.grad(lambda *a: loss(*a)[0], argnums)(params, x))
+            report["gradients"] = bool(gradient(params, x))
     return report
 
 
@@ -140,8 +149,9 @@ def planted(kernel: str, value: float) -> dict:
     q, k, v = s_op()
     bias = np.zeros((B, q.shape[2], q.shape[1], k.shape[1]), np.float32)
     bias[PLANT] = value
-    out = np.asarray(dot_product_attention(q, k, v, bias, is_causal=True,
-                                           implementation=kernel))
+    attend = jax.jit(functools.partial(dot_product_attention, is_causal=True,
+                                       implementation=kernel))
+    out = np.asarray(attend(q, k, v, bias))
     b, n, i, _ = PLANT
     row = np.isnan(out[b, i, n])
     return {"row_nan": int(row.sum()), "row_size": int(row.size),
