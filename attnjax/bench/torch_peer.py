@@ -76,14 +76,16 @@ def _ask_seconds(worker: TorchWorker, what: str, argument) -> float:
 
 def _attention_step(kernel: str, q):
     """attnjax's causal attention forward and backward at ``q``'s shape, compiled: a function
-    of no arguments returning its seconds. The output's sum is returned beside the gradients,
-    as PyTorch computes it, so that a kernel that recomputes its forward pass in the backward
-    one (``chunked``) cannot have the compiler drop the forward pass."""
+    of no arguments returning the seconds of one call after an untimed one, as the worker
+    times SDPA (``torch_gpt.attention_seconds``). The output's sum is returned beside the
+    gradients, as PyTorch computes it, so that a kernel that recomputes its forward pass in
+    the backward one (``chunked``) cannot have the compiler drop the forward pass."""
     step = jax.jit(jax.value_and_grad(lambda q, k, v: dot_product_attention(
         q, k, v, is_causal=True, implementation=kernel).sum(), argnums=(0, 1, 2)))
     jax.block_until_ready(step(q, q, q))
 
     def run() -> float:
+        jax.block_until_ready(step(q, q, q))
         began = time.perf_counter()
         jax.block_until_ready(step(q, q, q))
         return time.perf_counter() - began
