@@ -37,10 +37,10 @@ def measure(kernel: str, length: int, *, batch=1, heads=4, head_dim=32, repeats=
 def run_attention_benchmark(lengths=(1024, 4096), kernels=None, out: str | None = None,
                             **shape) -> list[dict]:
     """``measure`` each of ``kernels`` (default: every exact kernel available on this
-    backend) at each length, ``shape`` its other arguments; print a table, and write JSON to
-    ``out`` if given."""
+    backend, but those that run another's program here, ``runs_as``) at each length,
+    ``shape`` its other arguments; print a table, and write JSON to ``out`` if given."""
     kernels = kernels or [n for n, s in KERNELS.items()
-                          if s.exact and s.available()]
+                          if s.exact and s.available() and s.runs_as is None]
     rows = []
     for length in lengths:
         base = None

@@ -116,10 +116,11 @@ SECTIONS = {
               "`scaled_dot_product_attention` on the same CPU, the two alternating round by "
               "round in one run (`attnjax bench torch --python PYTHON`, `torch.json`; "
               "PyTorch in its own interpreter): causal attention forward and backward per "
-              "kernel (8 heads of 32, 4096 tokens per call; `vs_sdpa` = SDPA's time over "
-              "attnjax's), and training tokens/s of the same GPT at 1 and 10 steps per "
-              "dispatch (`vs_torch` = attnjax / PyTorch; `default`: the dispatch attnjax "
-              "chooses); medians of 9 rounds, lowest and highest beside them.",
+              "kernel (8 heads of 32, 4096 tokens per call, each side timing one call after "
+              "an untimed one; `vs_sdpa` = SDPA's time over attnjax's), and training "
+              "tokens/s of the same GPT at 1 and 10 steps per dispatch (`vs_torch` = "
+              "attnjax / PyTorch; `default`: the dispatch attnjax chooses); medians of 9 "
+              "rounds, lowest and highest beside them.",
               [("setting", "setting"), ("kernel", "kernel"), ("length", "length"),
                ("batch", "batch"), ("attnjax ms", "attnjax_ms"), ("SDPA ms", "sdpa_ms"),
                ("vs_sdpa", "vs_sdpa"), ("steps per dispatch", "steps_per_dispatch"),
