@@ -202,8 +202,8 @@ def test_wrong_type_direct_construction():
 
 
 def test_unknown_kernel_lists_kernels():
-    message = _override_error(["model.attention.kernel=flash"], "model.attention.kernel",
-                              "'flash'")
+    message = _override_error(["model.attention.kernel=sparse"], "model.attention.kernel",
+                              "'sparse'")
     for name in ("reference", "chunked", "xla", "cudnn", "linear"):
         assert name in message
     for name in KERNELS.names():
@@ -341,7 +341,7 @@ def test_frozen():
 BAD_CONSTRUCTIONS = [
     lambda: ModelConfig(d_model=130),
     lambda: AttentionConfig(num_heads=4, num_kv_heads=3),
-    lambda: AttentionConfig(kernel="flash"),
+    lambda: AttentionConfig(kernel="sparse"),
     lambda: PositionConfig(kind="xpos"),
     lambda: AttentionConfig(dropout="probs_shared"),
     lambda: ModelConfig(attention=AttentionConfig(kernel="xla", logit_soft_cap=30.0)),
