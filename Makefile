@@ -46,10 +46,11 @@ device-check: $(STAMP)
 info: $(STAMP)
 	$(BIN)/attnjax info
 
-# TORCH_PYTHON=PYTHON (an interpreter with torch and transformers): bench warm also times
-# transformers generating from the GPT-2 fixture's export
+# TORCH_PYTHON=PYTHON (an interpreter with torch and transformers): bench attention also times
+# PyTorch's fused SDPA, and bench warm transformers generating from the GPT-2 fixture's export
 bench: $(STAMP)
-	$(BIN)/attnjax bench attention --out benchmarks/results/attention.json
+	$(BIN)/attnjax bench attention $(if $(TORCH_PYTHON),--python $(TORCH_PYTHON)) \
+		--out benchmarks/results/attention.json
 	$(BIN)/attnjax bench train --out benchmarks/results/train.json
 	$(BIN)/attnjax bench sweep --out benchmarks/results/sweep.json
 	$(BIN)/attnjax bench memory --out benchmarks/results/memory.json

@@ -46,11 +46,14 @@ def _scalar_columns(rows: list[dict]) -> list[tuple[str, str]]:
 SECTIONS = {
     "attention": ("Attention kernels", "Causal attention, forward and gradient of each exact "
                   "kernel: median seconds and compiled temporary memory; ratios against the "
-                  "first kernel of the same length.",
+                  "first kernel of the same length; with an interpreter that has torch "
+                  "(`--python`), PyTorch's fused SDPA forward and backward at the same shape "
+                  "(`vs SDPA`: SDPA's time over the kernel's).",
                   [("kernel", "kernel"), ("length", "length"), ("forward ms", "forward_ms"),
                    ("gradient ms", "grad_ms"), ("gradient MB", "grad_temp_mb"),
                    ("gradient time vs reference", "grad_time_vs_reference"),
-                   ("gradient memory vs reference", "grad_mem_vs_reference")]),
+                   ("gradient memory vs reference", "grad_mem_vs_reference"),
+                   ("SDPA ms", "sdpa_grad_ms"), ("vs SDPA", "vs_sdpa")]),
     "train": ("Training throughput and the framework tax", "Tokens per second of the compiled "
               "training loop, model-FLOPs utilisation against a matmul peak measured in the "
               "same run, and at 10 steps per dispatch the plain Flax peer's (attnjax/bench/"

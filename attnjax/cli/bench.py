@@ -12,7 +12,7 @@ from attnjax.registry import KERNELS, LAUNCHERS
 def _attention(args) -> None:
     from attnjax.bench.attention import run_attention_benchmark
     run_attention_benchmark(lengths=args.lengths or (1024, 4096), kernels=args.kernels,
-                            out=args.out, batch=args.batch, heads=args.heads,
+                            out=args.out, python=args.python, batch=args.batch, heads=args.heads,
                             head_dim=args.head_dim, dtype=args.dtype)
 
 
@@ -158,10 +158,10 @@ def add_bench(commands) -> None:
                        "run (default 300); mesh: dispatches run on each mesh after it is "
                        "measured (default 0: compiled, not run)")
     bench.add_argument("--python", default=None, metavar="PYTHON",
-                       help="torch: a Python interpreter that has torch (it runs the PyTorch "
-                       "side in its own process; it needs neither JAX nor attnjax); warm: one "
-                       "that has torch and transformers (transformers generates from the "
-                       "run's export)")
+                       help="torch, attention: an interpreter with torch, running PyTorch in "
+                       "its own process (attention: default this one if it has torch); warm: "
+                       "one with torch and transformers (transformers generates from the run's "
+                       "export)")
     bench.add_argument("--meshes", nargs="+", default=None, metavar="MESH",
                        help="mesh: the meshes, each AXIS=SIZE[,AXIS=SIZE] over data, fsdp, "
                        "tensor, data taking the devices left (default: fsdp=1 fsdp=2 fsdp=4 "

@@ -61,9 +61,10 @@ from attnjax.registry import KERNELS
 
 TILE_BYTES = 1 << 20            # the logits of one tile of a group: a core's L2 cache
 HIDDEN, FULL, MIXED = "hidden", "full", "mixed"
-# the MaskSpec fields that are arrays with one row per example (split into groups)
-PER_EXAMPLE = ("query_seq_lengths", "key_value_seq_lengths", "q_segment_ids",
-               "kv_segment_ids", "q_positions", "kv_positions")
+# the MaskSpec fields that are arrays with one row per example (split into groups): those
+# that only the running program knows, then the positions
+RUN_TIME = ("query_seq_lengths", "key_value_seq_lengths", "q_segment_ids", "kv_segment_ids")
+PER_EXAMPLE = RUN_TIME + ("q_positions", "kv_positions")
 
 
 class _Plan(NamedTuple):
@@ -435,7 +436,7 @@ def flash_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, sin
     bias_fn, consts = closed_bias(bias, mask.q_positions, mask.kv_positions, bq, bk)
     traced = dropout is not None and isinstance(dropout.rate, jax.core.Tracer)
     plan = _Plan(T, S, bq, bk, mask.is_causal, mask.window, mask.causal_block_size,
-                 any(getattr(mask, name) is not None for name in PER_EXAMPLE[:4]),
+                 any(getattr(mask, name) is not None for name in RUN_TIME),
                  mask.q_positions is not None or mask.kv_positions is not None,
                  logit_soft_cap, bias_fn, None if dropout is None or traced else dropout.rate,
                  traced, dropout is not None and dropout.shared_across_heads)
