@@ -874,6 +874,24 @@ for name, opts in [("reference", {}), ("chunked", dict(block_q=4, block_k=5)),
         print(name, "FAILED:", type(e).__name__, str(e).strip().splitlines()[0:4])
 if failed:
     raise SystemExit("kernels failing under the 4-device mesh: " + ", ".join(failed))
+
+# flash in two groups of four examples, each group split over the four devices: outputs and
+# gradients as on one device, the gradients still split along the batch
+from attnjax.ops.flash import group_size
+assert group_size(8, 4, 128, 128) == 4
+q8 = rng.normal(size=(8, 128, 4, 8)).astype(np.float32)
+kv8 = rng.normal(size=(8, 128, 2, 8)).astype(np.float32)
+n8 = np.array([128, 100, 77, 128, 5, 64, 128, 90], np.int32)
+step = jax.jit(jax.value_and_grad(lambda q, k, v, n: (dot_product_attention(
+    q, k, v, is_causal=True, key_value_seq_lengths=n, implementation="flash") ** 2).sum(),
+    argnums=(0, 1, 2)))
+single = step(*(jax.device_put(x, jax.devices()[0]) for x in (q8, kv8, kv8, n8)))
+with jax.set_mesh(mesh):
+    split = step(*(jax.device_put(x, NamedSharding(mesh, P("data"))) for x in (q8, kv8, kv8, n8)))
+    assert split[1][0].sharding.spec[0] == "data", split[1][0].sharding
+for got, want in zip(jax.tree.leaves(split), jax.tree.leaves(single)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+print("flash in groups OK")
 print("OK")
 """
 

@@ -18,6 +18,7 @@ import sys
 import jax
 
 from attnjax.bench.common import median_seconds, write_json
+from attnjax.bench.torch_peer import TorchWorker
 from attnjax.ops import dot_product_attention
 from attnjax.registry import KERNELS
 
@@ -77,7 +78,6 @@ def run_attention_benchmark(lengths=(1024, 4096), kernels=None, out: str | None 
     backend, but those that run another's program here, ``runs_as``) at each length,
     ``shape`` its other arguments, and SDPA's time beside them when an interpreter with torch
     is given or this one has it; print a table, and write JSON to ``out`` if given."""
-    from attnjax.bench.torch_peer import TorchWorker
     kernels = kernels or [n for n, s in KERNELS.items()
                           if s.exact and s.available() and s.runs_as is None]
     if python is None and importlib.util.find_spec("torch") is not None:

@@ -407,12 +407,16 @@ def group_size(batch: int, heads: int, block_q: int, block_k: int) -> int:
     return max([g for g in sizes if g <= fits], default=sizes[0])
 
 
+def _by_group(x: jax.Array, groups: int) -> jax.Array:
+    """``[B, ...]`` -> ``[groups, B / groups, ...]``, group ``i`` holding examples ``i, i +
+    groups, ...`` (a batch split over devices in contiguous runs splits every group alike)."""
+    return jnp.swapaxes(x.reshape(x.shape[0] // groups, groups, *x.shape[1:]), 0, 1)
+
+
 def _grouped(x: jax.Array, groups: int, length: int) -> jax.Array:
-    """``[B, T, N, .]`` -> ``[groups, B / groups, N, length, .]`` (zero-padded along T), group
-    ``i`` holding examples ``i, i + groups, ...``."""
-    B, T = x.shape[:2]
-    x = jnp.pad(x, [(0, 0), (0, length - T), (0, 0), (0, 0)])
-    return jnp.moveaxis(x.reshape(B // groups, groups, *x.shape[1:]), (1, 3), (0, 2))
+    """``[B, T, N, .]`` -> ``[groups, B / groups, N, length, .]`` (zero-padded along T)."""
+    x = jnp.pad(x, [(0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)])
+    return jnp.swapaxes(_by_group(x, groups), 2, 3)
 
 
 def _ungrouped(x: jax.Array, length: int) -> jax.Array:
@@ -443,8 +447,7 @@ def flash_attention(query, key, value, *, bias, mask, scale, logit_soft_cap, sin
     f32 = lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32))
     q = f32(query) * scale[:, None]                             # the scale folded into q
     k, v = (f32(expand_kv_heads(x, N)) for x in (key, value))
-    split = lambda x: (None if x is None or x.shape[0] != B
-                       else jnp.swapaxes(x.reshape(B // groups, groups, *x.shape[1:]), 0, 1))
+    split = lambda x: None if x is None or x.shape[0] != B else _by_group(x, groups)
     fields = [getattr(mask, name) for name in PER_EXAMPLE]
     per_example = tuple(split(x) for x in fields)
     shared = tuple(x if x is not None and x.shape[0] != B else None for x in fields)
