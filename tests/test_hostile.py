@@ -300,14 +300,17 @@ def test_a_workdir_under_a_file_or_existing_is_one_line(tmp_path, capsys):
 
 
 # A process importing the llama fixture that stops inside the staging directory, after the
-# tokenizer and config are written, until a signal comes: what each signal leaves behind.
+# tokenizer and config are written, until a signal comes: what each signal leaves behind. It
+# waits in short sleeps: a signal another thread of the process receives is handled by the
+# main thread only when it next runs Python, which one long sleep would put off to its end.
 HELD_IMPORT = """
 import sys, time
 from pathlib import Path
 from attnjax import checkpoint, cli
 def held(self, *args, **kwargs):
     Path(sys.argv[2]).write_text("staging")
-    time.sleep(60)
+    for _ in range(1200):
+        time.sleep(0.05)
 checkpoint.Checkpoints.save_params = held
 sys.exit(cli.main(["import", sys.argv[1], "--workdir", sys.argv[3]]))
 """
