@@ -6,7 +6,8 @@ PyTorch runs in its own process (``PYTHON``: an interpreter that has torch; it n
 JAX, nor the same Python version), ``attnjax/bench/torch_gpt.py`` as a worker that keeps its
 model and data between requests; attnjax runs in this one. Both sides are warmed up, then
 timed in ``peer.ROUNDS`` rounds of the same work, the first side alternating; a ratio is the
-median of the rounds' ``attnjax / torch`` (above 1: attnjax faster).
+median of the rounds' ``attnjax / torch`` (above 1: attnjax faster). Both processes keep freed
+memory for the next call (``attnjax.allocator``; ``ATTNJAX_KEEP_FREED=0``: neither does).
 
 - Training: the decoder settings of ``attnjax bench train`` (a, b, c: learned positions, the
   ``flash`` kernel) at 1 and 10 steps per dispatch (``default``: the one attnjax chooses,
@@ -30,6 +31,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from attnjax.allocator import child_environment
 from attnjax.bench.common import write_json
 from attnjax.bench.peer import ROUNDS, WINDOW_S, alternating
 from attnjax.bench.throughput import train_loop
@@ -51,7 +53,8 @@ class TorchWorker:
     def __init__(self, python: str):
         try:
             self.process = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, text=True)
+                                            stdout=subprocess.PIPE, text=True,
+                                            env=child_environment())
         except OSError as error:
             raise ValueError(f"--python {python!r} cannot be run ({error.strerror})") from None
         self.versions = self.ask({"versions": None})

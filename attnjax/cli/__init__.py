@@ -2,7 +2,7 @@
 sweep-status | report | attention | explore | heads | lens | patch | recall | compare | info |
 bench``. The only package that parses argv: each module owns a group of commands, their parsers
 (``add_<command>``) and handlers, and this one assembles the top-level parser
-(``build_parser``) and dispatches (``main``). Bad input (a misspelled override, a wrong type, a
+(``build_parser``) and dispatches (``main``; the program ``attnjax`` is ``entry``). Bad input (a misspelled override, a wrong type, a
 missing, hostile or unwritable file) is one line on stderr and exit status 2, raised before
 anything compiles: the library raises ``ValueError`` (``attnjax.userfiles`` turns a parser's
 errors into one) or an ``OSError``, and ``main`` prints it. Anything else is a bug in attnjax,
@@ -29,6 +29,7 @@ import argparse
 import sys
 import traceback
 
+from attnjax.allocator import keep_freed_memory
 from attnjax.cli import analysis, audit, bench, info, pretrained, sweep, train
 
 _DESCRIPTION = """\
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     for add in COMMANDS:
         add(commands)
     return parser
+
+
+def entry() -> int:
+    """The ``attnjax`` program: ``main`` in a process whose allocator keeps freed memory for
+    the next call (``attnjax.allocator``)."""
+    keep_freed_memory()
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:

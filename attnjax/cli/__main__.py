@@ -2,7 +2,7 @@
 
 import sys
 
-from attnjax.cli import main
+from attnjax.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
