@@ -109,19 +109,20 @@ def model_and_params(**overrides):
 
 def test_an_example_padded_on_both_sides_scores_as_it_does_alone():
     config, model, params = model_and_params()
+    apply = jax.jit(model.apply)            # one program per shape, not one per operation
     batch = batch_of()
-    logits = model.apply({"params": params}, batch["inputs"], source=batch["source"],
-                         source_mask=batch["source_mask"])[0]
+    logits = apply({"params": params}, batch["inputs"], source=batch["source"],
+                   source_mask=batch["source_mask"])[0]
     for row in range(2):
         n = int(batch["source_mask"][row].sum())
-        alone = model.apply({"params": params}, batch["inputs"][row:row + 1, :n],
-                            source=batch["source"][row:row + 1, :n])[0]
+        alone = apply({"params": params}, batch["inputs"][row:row + 1, :n],
+                      source=batch["source"][row:row + 1, :n])[0]
         np.testing.assert_allclose(logits[row, :n], alone[0], atol=2e-5, rtol=1e-5)
     sums = family(config.model).sums
     noisy = dict(batch, source=np.where(batch["source_mask"], batch["source"], 3),
                  inputs=np.where(batch["weights"] > 0, batch["inputs"], 4))
-    again = model.apply({"params": params}, noisy["inputs"], source=noisy["source"],
-                        source_mask=batch["source_mask"])[0]
+    again = apply({"params": params}, noisy["inputs"], source=noisy["source"],
+                  source_mask=batch["source_mask"])[0]
     for key, value in sums(logits, batch).items():   # pads never reach the objective
         np.testing.assert_allclose(sums(again, batch)[key], value, rtol=1e-6, err_msg=key)
 
@@ -129,7 +130,8 @@ def test_an_example_padded_on_both_sides_scores_as_it_does_alone():
 def test_the_decoder_is_causal_and_the_encoder_bidirectional():
     config, model, params = model_and_params()
     batch = batch_of()
-    run = lambda inputs, source: np.asarray(model.apply(
+    apply = jax.jit(model.apply)
+    run = lambda inputs, source: np.asarray(apply(
         {"params": params}, inputs, source=source, source_mask=batch["source_mask"])[0])
     base = run(batch["inputs"], batch["source"])
     later_target = batch["inputs"].copy()
@@ -243,8 +245,9 @@ def test_a_tiny_model_learns_reversal_and_its_cross_attention_aligns(tmp_path):
     # The teacher-forced exact match is greedy decoding's, example by example.
     config, params, _ = RunDir(tmp_path / "run").params()
     batch = Dataset(config.data).batch(0, 0, 64, 8, "val")
-    logits = build(config.model).apply({"params": params}, batch["inputs"],
-                                       source=batch["source"], source_mask=batch["source_mask"])[0]
+    logits = jax.jit(build(config.model).apply)(
+        {"params": params}, batch["inputs"], source=batch["source"],
+        source_mask=batch["source_mask"])[0]
     scored = np.asarray(batch["weights"]) > 0
     forced = ((np.asarray(logits).argmax(-1) == batch["targets"]) | ~scored).all(1)
     greedy = translate(config, params, batch["source"], batch["source_mask"], 8)
