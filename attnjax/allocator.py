@@ -9,9 +9,11 @@ heap trimmed only past 2 GiB free), the next call reuses it. The price is that a
 on to its peak heap until it exits. What it saves: ``attnjax bench attention`` and ``attnjax
 bench torch`` (docs/PERFORMANCE.md).
 
-The ``attnjax`` command applies it to its own process and to the PyTorch worker it compares
-against (through ``GLIBC_TUNABLES``, read when a process starts); ``ATTNJAX_KEEP_FREED=0``
-leaves the allocator as it is. Other C libraries (musl) are left alone.
+The ``attnjax`` command applies it to its own process, to the worker processes of a sweep,
+and to the PyTorch worker it compares against (through ``GLIBC_TUNABLES``, read when a process
+starts); a program importing attnjax as a library decides for itself (``keep_freed_memory``).
+``ATTNJAX_KEEP_FREED=0`` leaves the allocator as it is; other C libraries (musl) are left
+alone.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 sweep-status | report | attention | explore | heads | lens | patch | recall | compare | info |
 bench``. The only package that parses argv: each module owns a group of commands, their parsers
 (``add_<command>``) and handlers, and this one assembles the top-level parser
-(``build_parser``) and dispatches (``main``; the program ``attnjax`` is ``entry``). Bad input (a misspelled override, a wrong type, a
-missing, hostile or unwritable file) is one line on stderr and exit status 2, raised before
-anything compiles: the library raises ``ValueError`` (``attnjax.userfiles`` turns a parser's
-errors into one) or an ``OSError``, and ``main`` prints it. Anything else is a bug in attnjax,
-and says so.
+(``build_parser``) and dispatches (``main``; the program ``attnjax`` is ``entry``). Bad input
+(a misspelled override, a wrong type, a missing, hostile or unwritable file) is one line on
+stderr and exit status 2, raised before anything compiles: the library raises ``ValueError``
+(``attnjax.userfiles`` turns a parser's errors into one) or an ``OSError``, and ``main``
+prints it. Anything else is a bug in attnjax, and says so.
 
 Handlers import what they run (training, analysis, benchmarks) inside their bodies, so that
 building the parser for ``attnjax --help`` or a bad argument imports none of it

@@ -26,6 +26,7 @@ import threading
 import time
 import traceback
 
+from attnjax.allocator import keep_freed_memory
 from attnjax.compilation import enable_compile_cache
 from attnjax.config import Config, from_dict, to_dict
 from attnjax.interrupts import raise_interrupt
@@ -59,6 +60,7 @@ def _serve(conn, share: list[int], driver: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the driver's to handle
     threading.Thread(target=_watch_driver, args=(driver,), daemon=True).start()
     enable_compile_cache()
+    keep_freed_memory()
     while (task := conn.recv()) is not None:
         conn.send(train_task(*task))
 
