@@ -40,7 +40,7 @@ def keep_freed_memory() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
         mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):         # no C library, or not glibc
+    except (OSError, AttributeError):                    # no C library, or not glibc
         return False
     return all(mallopt(param, value) == 1 for param, value in POLICY.values())
 

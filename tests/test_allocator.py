@@ -3,6 +3,7 @@ served from glibc's heap instead of a mapping of its own, in the process that ap
 in a child started with ``child_environment``; ``ATTNJAX_KEEP_FREED=0`` leaves both alone."""
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -10,9 +11,9 @@ import pytest
 
 from attnjax.allocator import OPT_OUT, child_environment
 
-# The bytes mapped (mallinfo2's hblkhd) for a 64 MiB buffer is held, and whether the heap still
-# holds it after it is freed (arena bytes, its top chunk not trimmed). argv[1]: "apply" calls
-# keep_freed_memory first.
+# The bytes glibc maps (mallinfo2's hblkhd) for a 64 MiB buffer while it is held, and whether
+# the heap still holds it after it is freed (arena bytes, its top chunk not trimmed).
+# argv[1]: "apply" calls keep_freed_memory first.
 PROBE = r"""
 import ctypes, json, sys
 from attnjax.allocator import keep_freed_memory
@@ -41,7 +42,7 @@ def probe(mode: str, env: dict) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt and mallinfo2 are glibc's")
 def test_a_large_buffer_stays_in_the_heap_where_the_policy_applies():
     plain = {k: v for k, v in child_environment().items() if k not in ("GLIBC_TUNABLES", OPT_OUT)}
     default = probe("none", plain)

@@ -889,8 +889,12 @@ single = step(*(jax.device_put(x, jax.devices()[0]) for x in (q8, kv8, kv8, n8))
 with jax.set_mesh(mesh):
     split = step(*(jax.device_put(x, NamedSharding(mesh, P("data"))) for x in (q8, kv8, kv8, n8)))
     assert split[1][0].sharding.spec[0] == "data", split[1][0].sharding
-for got, want in zip(jax.tree.leaves(split), jax.tree.leaves(single)):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+# the loss sums 32k squares, in another order over four devices: within log2(n) eps ~ 1e-6;
+# the gradients of each example are its own, so as tight as the outputs above
+(loss, grads), (loss_1, grads_1) = split, single
+np.testing.assert_allclose(float(loss), float(loss_1), rtol=2e-6)
+for got, want in zip(grads, grads_1):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 print("flash in groups OK")
 print("OK")
 """
