@@ -303,10 +303,15 @@ def test_a_workdir_under_a_file_or_existing_is_one_line(tmp_path, capsys):
 # tokenizer and config are written, until a signal comes: what each signal leaves behind. It
 # waits in short sleeps: a signal another thread of the process receives is handled by the
 # main thread only when it next runs Python, which one long sleep would put off to its end.
+# It takes Ctrl-C as a foreground process does: a process inherits SIGINT ignored or blocked
+# from what started it (a shell's background job ignores it, and so do its children), and
+# then rightly goes on (one such run of the suite saw the import finish, exit 0).
 HELD_IMPORT = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from attnjax import checkpoint, cli
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 def held(self, *args, **kwargs):
     Path(sys.argv[2]).write_text("staging")
     for _ in range(1200):
