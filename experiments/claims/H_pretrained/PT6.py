@@ -3,8 +3,8 @@
 Measure: P-SmolLM (``attnjax.audit.smollm``), 200 windows of 128 tokens, each run alone: the
 perplexity ``exp(mean NLL)`` of the predictions of queries 8 and later (the setting's
 positions; every prediction in the evidence too) with each exact kernel of attnjax swapped in
-(``model.attention.kernel``: reference, chunked and triangular in blocks of 32, so the online
-softmax runs over four key blocks, and xla), against the perplexity transformers gives on the
+(``model.attention.kernel``: reference, chunked, triangular and flash in blocks of 32, so the
+online softmax runs over four key blocks, and xla), against the perplexity transformers gives on the
 same windows reading the same GGUF file (``tests/data/smollm_perplexity_reference.npz``,
 written once by ``scripts/make_smollm_perplexity_reference.py``; the windows are its ids). For
 contrast, the deliberately unsafe ``masked_fill`` variants: an additive -1e4 mask with the
@@ -33,13 +33,13 @@ ID = "PT6"
 SOURCE = "000 §9"
 CLAIM = "a hand-written attention swapped into a mature pretrained model keeps its quality"
 CRITERION = ("P-SmolLM, 200 windows of 128 tokens: every exact kernel (reference, chunked, "
-             "triangular, xla) within 0.1% relative perplexity of transformers' on the same "
+             "triangular, flash, xla) within 0.1% relative perplexity of transformers' on the same "
              "windows")
 REFERENCE = Path(__file__).resolve().parents[3] / "tests/data/smollm_perplexity_reference.npz"
 WINDOWS, TOLERANCE = 200, 1e-3
 BLOCKS = {"attention.block_q": 32, "attention.block_k": 32}
 EXACT = {"reference": {}, "chunked": BLOCKS,
-         "triangular": {"attention.block_q": 32}, "xla": {}}
+         "triangular": {"attention.block_q": 32}, "flash": BLOCKS, "xla": {}}
 UNSAFE = {"reference, float16": {"dtype": "float16"},
           "masked_fill add -1e4, float16 logits": {
               "dtype": "float16", "attention.kernel": "masked_fill",
