@@ -305,7 +305,7 @@ def test_a_workdir_under_a_file_or_existing_is_one_line(tmp_path, capsys):
 # main thread only when it next runs Python, which one long sleep would put off to its end.
 # It takes Ctrl-C as a foreground process does: a process inherits SIGINT ignored or blocked
 # from what started it (a shell's background job ignores it, and so do its children), and
-# then rightly goes on (one such run of the suite saw the import finish, exit 0).
+# then rightly goes on: the test must not depend on how the suite was started.
 HELD_IMPORT = """
 import signal, sys, time
 from pathlib import Path
