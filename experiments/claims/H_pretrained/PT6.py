@@ -4,8 +4,8 @@ Measure: P-SmolLM (``attnjax.audit.smollm``), 200 windows of 128 tokens, each ru
 perplexity ``exp(mean NLL)`` of the predictions of queries 8 and later (the setting's
 positions; every prediction in the evidence too) with each exact kernel of attnjax swapped in
 (``model.attention.kernel``: reference, chunked, triangular and flash in blocks of 32, so the
-online softmax runs over four key blocks, and xla), against the perplexity transformers gives on the
-same windows reading the same GGUF file (``tests/data/smollm_perplexity_reference.npz``,
+online softmax runs over four key blocks, and xla), against the perplexity transformers gives
+on the same windows reading the same GGUF file (``tests/data/smollm_perplexity_reference.npz``,
 written once by ``scripts/make_smollm_perplexity_reference.py``; the windows are its ids). For
 contrast, the deliberately unsafe ``masked_fill`` variants: an additive -1e4 mask with the
 logits in float16 (the model computing in float16, as that needs; the reference kernel in
