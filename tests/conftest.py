@@ -101,11 +101,11 @@ SLOWEST_FIRST = ("test_sharding.py", "test_ray.py", "test_context_parallel.py", 
 # these and everything else: training, resuming, sweeps on every launcher, several devices
 # and processes, analysis, benchmarks, the claims.
 QUICK = ("test_attention.py", "test_flash.py", "test_masks.py", "test_positions.py",
-         "test_masked_fill.py", "test_head_shapes.py", "test_quantize.py", "test_regularizers.py",
-         "test_padding.py", "test_cross_attention.py", "test_models.py", "test_model_knobs.py",
-         "test_data.py", "test_config.py", "test_experiments.py", "test_limits.py",
-         "test_layers.py", "test_pretrained.py", "test_gguf.py", "test_rundir.py",
-         "test_run_integrity.py", "test_damaged_runs.py", "test_hostile.py",
+         "test_masked_fill.py", "test_head_shapes.py", "test_quantize.py", "test_dense.py",
+         "test_regularizers.py", "test_padding.py", "test_cross_attention.py", "test_models.py",
+         "test_model_knobs.py", "test_data.py", "test_config.py", "test_experiments.py",
+         "test_limits.py", "test_layers.py", "test_pretrained.py", "test_gguf.py",
+         "test_rundir.py", "test_run_integrity.py", "test_damaged_runs.py", "test_hostile.py",
          "test_careless_input.py", "test_docs.py", "test_cli.py", "test_cli_help.py",
          "test_cli_functions.py")
 

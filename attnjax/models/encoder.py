@@ -33,6 +33,7 @@ from attnjax.nn import axes
 from attnjax.nn.attention import Dropout
 from attnjax.nn.slots import make_norm
 from attnjax.nn.transformer import embed_tokens, knockout_gates, output_logits, stack_blocks
+from attnjax.ops.dense import dense_dot_general
 from attnjax.registry import MODELS
 
 ARGUMENTS = ("positions", "token_mask", "segment_ids")   # what a batch hands the model
@@ -52,6 +53,7 @@ class MaskedLMHead(nn.Module):
     def __call__(self, x, embed):
         cfg = self.config
         x = nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="transform",
+                     dot_general=dense_dot_general,
                      **axes.dense(("embed", "embed_out"), ("norm",)))(x)
         x = nn.gelu(x, approximate=cfg.mlp == "gelu")
         x = make_norm(cfg, "transform_norm", "layer")(x)
@@ -76,8 +78,10 @@ class Classifier(nn.Module):
             chosen = real
         pooled = mean_pool(x, chosen)
         pooled = jnp.tanh(nn.Dense(cfg.d_model, dtype=jnp.dtype(cfg.dtype), name="pooler",
+                                   dot_general=dense_dot_general,
                                    **axes.dense(("embed", "embed_out"), ("norm",)))(pooled))
         return nn.Dense(cfg.num_classes, dtype=jnp.dtype(cfg.dtype), name="out",
+                        dot_general=dense_dot_general,
                         **axes.dense(("embed", "classes"), ("classes",)))(pooled)
 
 

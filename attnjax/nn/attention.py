@@ -36,6 +36,7 @@ from attnjax.nn.slots import (head_init, kernel_settings, padding_arguments, pro
                               projection_init, visible_keys)
 from attnjax.ops import dot_product_attention
 from attnjax.ops.attention import rate_active
+from attnjax.ops.dense import dense_dot_general
 from attnjax.ops.quantize import int8_dot_general
 from attnjax.ops.stats import masked_max_logit
 from attnjax.nn import axes
@@ -222,9 +223,11 @@ class MultiHeadAttention(nn.Module):
         return self._heads(source, "value", "v", att.kv_heads, self.config.value_head_dim)
 
     def _dot_general(self):
-        """The projections' product: XLA's, or with ``int8`` the fake-int8 one."""
+        """The projections' product: ``dense_dot_general``, or with ``int8`` the fake-int8 one."""
         mode = self.config.attention.int8
-        return None if mode == "none" else int8_dot_general(inputs=mode == "weights_inputs")
+        if mode == "none":
+            return dense_dot_general
+        return int8_dot_general(inputs=mode == "weights_inputs")
 
     def _dense(self, features, name: str, init, kernel_axes: tuple):
         """A projection from the model width to ``features``, its kernel's logical axes
@@ -285,7 +288,7 @@ class MultiHeadAttention(nn.Module):
         if att.output_projection == "none":
             return concat
         w = frozen_projection("/".join(self.scope.path), concat.shape[-1], cfg.d_model)
-        dot = self._dot_general() or jax.lax.dot_general
+        dot = self._dot_general()
         return dot(concat, jnp.asarray(w, concat.dtype), (((concat.ndim - 1,), (0,)), ((), ())))
 
     def _points(self, q, k, v):

@@ -22,6 +22,7 @@ from attnjax.nn import axes
 from attnjax.nn.attention import Dropout, MultiHeadAttention
 from attnjax.nn.points import point
 from attnjax.nn.slots import make_norm
+from attnjax.ops.dense import dense_dot_general
 from attnjax.registry import POSITIONS
 
 # a model's parameters with a vocabulary axis: the input embedding [vocab_size, d_model] and,
@@ -102,7 +103,7 @@ class FeedForward(nn.Module):
         cfg = self.config
         dense = lambda features, name, kernel, bias: nn.Dense(
             features, use_bias=cfg.mlp_bias, dtype=jnp.dtype(cfg.dtype), name=name,
-            **axes.dense(kernel, bias))
+            dot_general=dense_dot_general, **axes.dense(kernel, bias))
         hidden = mlp_width(cfg)
         widen = (("embed", "mlp"), ("mlp",))
         if cfg.mlp == "swiglu":
@@ -271,4 +272,5 @@ def output_logits(config: ModelConfig, embed: nn.Embed, x) -> jax.Array:
     if config.tie_embeddings:
         return embed.attend(x)
     return nn.Dense(config.vocab_size, use_bias=False, dtype=jnp.dtype(config.dtype),
-                    name=VOCAB_PARAMS[1], **axes.dense(("embed", "vocab"), ("vocab",)))(x)
+                    name=VOCAB_PARAMS[1], dot_general=dense_dot_general,
+                    **axes.dense(("embed", "vocab"), ("vocab",)))(x)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attnjax.ops.dense import dense_dot_general
+
 LEVEL = 127                                      # int8 symmetric: -127 .. 127, 255 levels
 # what a model quantises (model.attention.int8): nothing, the weights, the weights and inputs
 INT8_MODES = ("none", "weights", "weights_inputs")
@@ -42,6 +44,6 @@ def int8_dot_general(inputs: bool):
         (_, contracted), _ = dimension_numbers
         rhs = fake_int8(rhs, tuple(contracted))
         lhs = fake_int8(lhs, tuple(range(1, lhs.ndim))) if inputs else lhs
-        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                                   preferred_element_type=preferred_element_type)
+        return dense_dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                                 preferred_element_type=preferred_element_type)
     return dot_general
