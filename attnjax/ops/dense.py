@@ -59,11 +59,10 @@ def _forward(x, w, count, precision):
 
 def _backward(count, precision, residuals, dy):
     x, w = residuals
-    _, input_vjp = jax.vjp(
-        lambda x: lax.dot_general(x, w, _numbers(x, count), precision=precision), x)
-    (dx,) = input_vjp(dy)
     lead = x.ndim - count                                    # the token axes of x and dy
     tokens = tuple(range(lead))
+    dx = lax.dot_general(dy, w, ((tuple(range(lead, dy.ndim)), tuple(range(count, w.ndim))),
+                                 ((), ())), precision=precision)
     width_in, width_out = math.prod(x.shape[lead:]), math.prod(dy.shape[lead:])
     if width_in <= width_out:
         xt = lax.optimization_barrier(jnp.transpose(x, (*range(lead, x.ndim), *tokens)))
