@@ -3,7 +3,7 @@ the tiny configs) are in ``helpers.py``.
 
 - ``compile_cache`` (session, automatic): the one persistent JAX compilation cache of the
   session, ``helpers.COMPILE_CACHE``, on for the test process and, through the environment,
-  for every process a test starts. Under ``pytest -n 3`` the workers share the directory
+  for every process a test starts. Under ``pytest -n 2`` the workers share the directory
   (JAX writes each entry once, under its key; a half-written one that another worker reads
   is reported as a warning and compiled instead, never used).
 - ``release_compiled_programs`` (module, automatic): each file's compiled programs are
@@ -13,7 +13,7 @@ the tiny configs) are in ``helpers.py``.
 The session compiles at XLA's CPU optimisation level 0 (set below, before JAX starts).
 
 Order: the files that take longest run first (``SLOWEST_FIRST``, below), so that under
-``make test`` (``pytest -n 3 --dist loadfile``: each file on one worker, its module fixtures
+``make test`` (``pytest -n 2 --dist loadfile``: each file on one worker, its module fixtures
 and in-process caches of compiled programs built once) no long file starts last while the
 other workers have nothing left to do.
 """
