@@ -22,6 +22,11 @@ SHAPES = {"widen": ((2, 12, 8), (8, 24), 1), "narrow": ((2, 12, 24), (24, 8), 1)
           "tokens only": ((12, 8), (8, 6), 1)}
 
 
+# float32 against float64: each product sums at most 24 terms of unit size, so its rounding
+# error is ~24 float32 epsilons (1.4e-6) of its magnitude; 1e-5 leaves room for sin and cos
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
 def numbers(x_ndim: int, count: int):
     return ((tuple(range(x_ndim - count, x_ndim)), tuple(range(count))), ((), ()))
 
@@ -61,9 +66,9 @@ def test_value_and_gradients_match_float64(shape, jit):
     chex.assert_shape(dx, x_shape)
     chex.assert_shape(dw, w_shape)
     ref_value, ref_dx, ref_dw = float64_reference(x, w, weights, count)
-    np.testing.assert_allclose(value, ref_value, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dx, ref_dx, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dw, ref_dw, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, ref_value, **TOL)
+    np.testing.assert_allclose(dx, ref_dx, **TOL)
+    np.testing.assert_allclose(dw, ref_dw, **TOL)
 
 
 def test_vmapped_as_a_sweep_batches_runs_each_member_gets_its_own_gradients():
@@ -73,8 +78,8 @@ def test_vmapped_as_a_sweep_batches_runs_each_member_gets_its_own_gradients():
     grads = jax.jit(jax.vmap(jax.grad(loss(dense_dot_general, count), argnums=(0, 1))))(*stacked)
     for i, member in enumerate(members):
         _, ref_dx, ref_dw = float64_reference(*member, count)
-        np.testing.assert_allclose(grads[0][i], ref_dx, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(grads[1][i], ref_dw, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(grads[0][i], ref_dx, **TOL)
+        np.testing.assert_allclose(grads[1][i], ref_dw, **TOL)
 
 
 def compiled_products(dot, shape: str) -> tuple[int, int]:

@@ -32,12 +32,10 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
     """``jax.lax.dot_general`` for the ``dot_general`` of a Flax ``Dense`` / ``DenseGeneral``:
     on the CPU, a product of ``lhs``'s trailing axes with ``rhs``'s leading ones (no batch
     axes) gets the backward pass of the module docstring."""
-    (lhs_contracted, rhs_contracted), batch = dimension_numbers
-    count = len(lhs_contracted)
-    dense = (batch == ((), ()) and preferred_element_type is None
-             and tuple(lhs_contracted) == tuple(range(lhs.ndim - count, lhs.ndim))
-             and tuple(rhs_contracted) == tuple(range(count)))
-    if not dense or jax.default_backend() != "cpu":
+    count = len(dimension_numbers[0][0])
+    given = tuple(tuple(tuple(axes) for axes in pair) for pair in dimension_numbers)
+    if (given != _numbers(lhs, count) or preferred_element_type is not None
+            or jax.default_backend() != "cpu"):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type)
     return _dense_product(lhs, rhs, count, precision)
