@@ -62,7 +62,8 @@ def test_lengths_no_tile_divides_match_the_oracle(case):
 
 
 def test_examples_are_grouped_to_keep_a_tile_in_cache():
-    assert default_blocks(256) == (128, 128) and default_blocks(4096) == (128, 256)
+    assert default_blocks(256) == (128, 128) and default_blocks(1024) == (128, 256)
+    assert default_blocks(4096) == (256, 256)
     # a tile of 8 heads of 128 x 128 float32 logits is 512 KiB: two examples per MiB
     assert group_size(16, 8, 128, 128) == 2
     assert group_size(16, 8, 128, 256) == 1

@@ -390,10 +390,13 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def default_blocks(key_length: int) -> tuple[int, int]:
-    """``(block_q, block_k)``: 128 queries by 128 keys, 256 keys from 1024 on (the fastest on
-    a 2-core CPU at 256, 1024 and 4096 tokens: ``attnjax bench torch``; a longer key tile
-    below 1024 leaves more of each diagonal tile hidden)."""
-    return 128, 128 if key_length < 1024 else 256
+    """``(block_q, block_k)``: 128 queries by 128 keys, 256 keys from 1024 on and 256 queries
+    from 2048 (the fastest on a 2-core CPU at 256, 1024, 2048 and 4096 tokens: ``attnjax bench
+    torch``; a longer key tile below 1024 leaves more of each diagonal tile hidden, a longer
+    query tile cuts the key tiles the forward pass copies per product)."""
+    if key_length < 1024:
+        return 128, 128
+    return (128 if key_length < 2048 else 256), 256
 
 
 def group_size(batch: int, heads: int, block_q: int, block_k: int) -> int:
