@@ -8,7 +8,7 @@ again, zero-filled by the kernel. Kept in glibc's heap instead (``M_MMAP_MAX = 0
 heap trimmed only past 2 GiB free), the next call reuses it. XLA runs programs on threads of
 its own, and glibc gives such a thread an arena of its own, a heap of at most 64 MiB: a larger
 request is mapped whatever ``M_MMAP_MAX`` says (flash attention's forward pass at 4096 tokens
-asks for 85 MiB, 21,800 page faults a call). One arena for every thread (``M_ARENA_MAX = 1``)
+asks for 85 MiB at every call). One arena for every thread (``M_ARENA_MAX = 1``)
 serves it from the main heap too. The price is that a process holds on to its peak heap until
 it exits. What it saves: ``attnjax bench attention`` and ``attnjax bench torch``
 (docs/PERFORMANCE.md).
@@ -16,7 +16,7 @@ it exits. What it saves: ``attnjax bench attention`` and ``attnjax bench torch``
 The ``attnjax`` command applies it to its own process, to the worker processes of a sweep,
 and to the PyTorch worker it compares against (through ``GLIBC_TUNABLES``, read when a process
 starts); a program importing attnjax as a library decides for itself (``keep_freed_memory``,
-before its first computation: glibc fixes the number of arenas when a thread first needs one).
+before its first computation: glibc reads the limit on arenas when a thread first needs one).
 ``ATTNJAX_KEEP_FREED=0`` leaves the allocator as it is; other C libraries (musl) are left
 alone.
 """
