@@ -22,8 +22,10 @@ SHAPES = {"widen": ((2, 12, 8), (8, 24), 1), "narrow": ((2, 12, 24), (24, 8), 1)
           "tokens only": ((12, 8), (8, 6), 1)}
 
 
-# float32 against float64: each product sums at most 24 terms of unit size, so its rounding
-# error is ~24 float32 epsilons (1.4e-6) of its magnitude; 1e-5 leaves room for sin and cos
+# float32 against float64: each product and gradient sums at most 24 terms, so its rounding
+# error is at most 24 u (u = 2^-24: 1.4e-6) of its terms' magnitude; the loss sums 576 terms,
+# whose round-to-nearest error grows like sqrt(576) u, the same 24 u; float32 sin and cos add
+# about one u. 1e-5 is seven times that bound
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
