@@ -97,9 +97,11 @@ SLOWEST_FIRST = ("test_sharding.py", "test_ray.py", "test_context_parallel.py", 
 # The quick tier, ``make check`` (``pytest -m quick``): what a person runs before each commit,
 # within 3 minutes cold on 2 cores (its target): every kernel and position encoding against its
 # references, the model families' shapes and knobs, configs and experiments, run-directory
-# integrity, and the refusals of hostile files and careless input. ``make test`` (CI) runs
-# these and everything else: training, resuming, sweeps on every launcher, several devices
-# and processes, analysis, benchmarks, the claims.
+# integrity, and the refusals of hostile files and careless input: the tests of these files
+# but those marked ``trains`` (they train runs or start processes: a lock held by a running
+# trainer, a resume after a full disk). ``make test`` (CI) runs these and everything else:
+# training, resuming, sweeps on every launcher, several devices and processes, analysis,
+# benchmarks, the claims.
 QUICK = ("test_attention.py", "test_flash.py", "test_masks.py", "test_positions.py",
          "test_masked_fill.py", "test_head_shapes.py", "test_quantize.py", "test_dense.py",
          "test_regularizers.py", "test_padding.py", "test_cross_attention.py", "test_models.py",
@@ -111,11 +113,11 @@ QUICK = ("test_attention.py", "test_flash.py", "test_masks.py", "test_positions.
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of ``QUICK``'s files ``quick``; put the tests of ``SLOWEST_FIRST``'s
-    files first, in its order, the rest keeping theirs (every worker sorts the same collection
-    the same way, as pytest-xdist requires)."""
+    """Mark the tests of ``QUICK``'s files ``quick``, but those marked ``trains``; put the
+    tests of ``SLOWEST_FIRST``'s files first, in its order, the rest keeping theirs (every
+    worker sorts the same collection the same way, as pytest-xdist requires)."""
     for item in items:
-        if item.path.name in QUICK:
+        if item.path.name in QUICK and item.get_closest_marker("trains") is None:
             item.add_marker(pytest.mark.quick)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -334,6 +334,7 @@ TRAIN_CASES = {"d_v=d_k/2": {"model.attention.value_head_dim": 4},
                                    "model.attention.output_projection": "frozen"}}
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("case", list(TRAIN_CASES))
 def test_training_lowers_the_loss_and_never_touches_the_frozen_projection(case):
     """A few AdamW steps (weight decay on) on one batch lower the loss at d_v = d_k / 2 and at

@@ -45,6 +45,7 @@ def test_a_long_run_name_keeps_a_readable_prefix_and_a_hash_of_the_overrides():
     assert run_name(kept) == "path=" + "p" * 230                         # 235 bytes: whole
 
 
+@pytest.mark.trains
 def test_a_sweep_whose_run_name_would_be_300_bytes_trains_and_reports(tmp_path, capsys):
     """A long data.path (or many numeric axes) named a run past the 255 bytes a file name may
     hold: the sweep crashed after writing sweep.json, sweep-status and report on it."""
@@ -109,6 +110,7 @@ def test_numbers_past_what_jax_holds_are_refused_when_the_config_is_built(overri
     raises_one_line(lambda: apply_overrides(Config(), overrides), shown)
 
 
+@pytest.mark.trains
 def test_the_largest_seed_trains(tmp_path):
     config = tiny_config(TINY_INDUCTION, **{"seed": INT32, "train.steps": 5,
                                             "train.log_every": 5, "train.eval_every": 5,
@@ -224,6 +226,7 @@ def test_an_evaluation_too_long_for_memory_is_refused_before_anything_is_written
     assert sorted(p.name for p in text_run.iterdir()) == before     # no eval.json
 
 
+@pytest.mark.trains
 def test_a_model_that_fits_trains_after_the_check(tmp_path, capsys):
     """The check (shapes traced, not run) leaves nothing behind that training trips on."""
     config = tiny_config(TINY_INDUCTION, **{"train.steps": 5, "train.log_every": 5,

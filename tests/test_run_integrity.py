@@ -86,6 +86,7 @@ def snapshot(directory: Path) -> dict:
     return times
 
 
+@pytest.mark.trains
 def test_a_second_train_on_a_run_being_trained_is_refused_before_touching_it(tmp_path, capsys):
     experiment = write_experiment(tmp_path / "endless.py", ENDLESS)
     workdir = tmp_path / "run"
@@ -109,6 +110,7 @@ def test_a_second_train_on_a_run_being_trained_is_refused_before_touching_it(tmp
     assert steps == sorted(set(steps)), steps
 
 
+@pytest.mark.trains
 def test_a_second_sweep_driver_on_a_sweep_being_run_is_refused(tmp_path, capsys):
     experiment = write_experiment(tmp_path / "endless.py", ENDLESS, [{"seed": 0}, {"seed": 1}])
     sweep = tmp_path / "sweep"
@@ -130,6 +132,7 @@ def test_a_second_sweep_driver_on_a_sweep_being_run_is_refused(tmp_path, capsys)
         stop(first)
 
 
+@pytest.mark.trains
 def test_a_sweep_worker_takes_its_runs_lock(tmp_path):
     """A run whose directory another process writes is not trained twice: its worker is
     refused, the run recorded as failed naming the holder, and a retry trains it."""
@@ -164,6 +167,7 @@ def back_to_step_10(finished: Path, workdir: Path) -> None:
     shutil.rmtree(workdir / "ckpt" / "20")
 
 
+@pytest.mark.trains
 def test_a_resume_killed_while_rewriting_metrics_loses_nothing(finished, tmp_path):
     workdir = tmp_path / "run"
     back_to_step_10(finished, workdir)
@@ -342,6 +346,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
+@pytest.mark.trains
 def test_a_full_disk_is_one_line_and_the_resume_after_freeing_space_is_exact(small_disk,
                                                                               tmp_path, capsys):
     wide = {**TINY_INDUCTION, "model.d_model": 64, "model.num_layers": 2}   # ~1 MB checkpoints
