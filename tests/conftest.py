@@ -98,10 +98,10 @@ SLOWEST_FIRST = ("test_sharding.py", "test_ray.py", "test_context_parallel.py", 
 # within 3 minutes cold on 2 cores (its target): every kernel and position encoding against its
 # references, the model families' shapes and knobs, configs and experiments, run-directory
 # integrity, and the refusals of hostile files and careless input: the tests of these files
-# but those marked ``trains`` (they train runs or start processes: a lock held by a running
-# trainer, a resume after a full disk). ``make test`` (CI) runs these and everything else:
-# training, resuming, sweeps on every launcher, several devices and processes, analysis,
-# benchmarks, the claims.
+# but those marked ``trains`` (they train runs, compile training steps or start processes: a
+# lock held by a running trainer, a resume after a full disk, signals during an import).
+# ``make test`` (CI) runs these and everything else: training, resuming, sweeps on every
+# launcher, several devices and processes, analysis, benchmarks, the claims.
 QUICK = ("test_attention.py", "test_flash.py", "test_masks.py", "test_positions.py",
          "test_masked_fill.py", "test_head_shapes.py", "test_quantize.py", "test_dense.py",
          "test_regularizers.py", "test_padding.py", "test_cross_attention.py", "test_models.py",

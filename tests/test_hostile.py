@@ -321,6 +321,7 @@ sys.exit(cli.main(["import", sys.argv[1], "--workdir", sys.argv[3]]))
 """
 
 
+@pytest.mark.trains
 def test_signals_during_an_import_leave_nothing_and_say_so(tmp_path, capsys):
     processes = {}
     for name in ("SIGTERM", "SIGINT", "SIGKILL"):

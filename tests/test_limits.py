@@ -237,6 +237,7 @@ def test_a_model_that_fits_trains_after_the_check(tmp_path, capsys):
     assert train(config, tmp_path / "run", progress=False)["step"] == 5
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("overrides", [
     {},
     {"model.max_length": 128, "data.length": 128, "train.batch_size": 8},
