@@ -3,13 +3,18 @@
 import re
 
 import chex
+import jax
 import numpy as np
 import pytest
 
-from attnjax.config import DataConfig
+from attnjax.config import DataConfig, apply_overrides
 from attnjax.data import Dataset, accuracy
 from attnjax.data.text import builtin_corpus_files, split_bounds
 from attnjax.registry import TASKS
+from attnjax.train import hyper
+from attnjax.train.parallel import Runner
+from attnjax.train.state import init_state
+from helpers import TINY_TEXT, tiny_config
 
 ON_DEVICE = [name for name in TASKS.names() if name != "tokens"]   # tokens: a file, below
 
@@ -145,6 +150,24 @@ def test_text_split_and_windows(tmp_path):
         assert all(s >= 0 for s in starts)                   # contiguous bytes of the file
         # whole windows (17 bytes) lie inside their split
         assert all((s + 17 <= cut) if split == "train" else (s >= cut) for s in starts)
+
+
+def test_a_corpus_reaches_the_programs_that_sample_it_as_an_argument(tmp_path):
+    """A corpus is not embedded in the programs that draw its windows (each program and each of
+    its compilation-cache entries would carry a copy): the batch program and the training
+    program lower to the same text for a corpus of 20 KB and one of 2 MB."""
+    config = tiny_config(TINY_TEXT)
+    texts = {}
+    for size in (20_000, 2_000_000):
+        path = tmp_path / f"{size}.txt"
+        path.write_bytes(np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes())
+        cfg = apply_overrides(config, {"data.path": str(path)})
+        dataset = Dataset(cfg.data)
+        runner = Runner(cfg, dataset, jax.devices()[:1])
+        texts[size] = [Dataset._device_batch.lower(dataset, 0, 0, 4, 12, "train").as_text(),
+                       runner.lower(init_state(cfg), hyper.as_arrays([cfg], False)).as_text()]
+    for small, large in zip(texts[20_000], texts[2_000_000], strict=True):
+        assert len(small) < 200_000 and len(large) < 1.01 * len(small), (len(small), len(large))
 
 
 def test_directory_corpus_and_builtin(tmp_path):
