@@ -155,7 +155,7 @@ def test_text_split_and_windows(tmp_path):
 def test_a_corpus_reaches_the_programs_that_sample_it_as_an_argument(tmp_path):
     """A corpus is not embedded in the programs that draw its windows (each program and each of
     its compilation-cache entries would carry a copy): the batch program and the training
-    program lower to the same text for a corpus of 20 KB and one of 2 MB."""
+    program lower to modules of the same size (within 1%) for a corpus of 20 KB and of 2 MB."""
     config = tiny_config(TINY_TEXT)
     texts = {}
     for size in (20_000, 2_000_000):
